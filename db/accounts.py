@@ -1,0 +1,71 @@
+"""Users, consumers and API keys."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from db.database import Database, Tx
+
+
+async def key_owner(db: Database, key_hash: bytes) -> asyncpg.Record | None:
+    return await db.fetchrow(
+        """
+        SELECT c.name AS consumer, c.user_id, u.email, u.timezone
+        FROM api_keys k
+        JOIN consumers c ON c.name = k.consumer_name
+        LEFT JOIN users u ON u.id = c.user_id
+        WHERE k.key_hash = $1 AND k.revoked_at IS NULL
+        """,
+        key_hash,
+    )
+
+
+async def insert_user(
+    tx: Tx, user_id: str, email: str, display_name: str | None, timezone: str | None
+) -> None:
+    await tx.execute(
+        "INSERT INTO users (id, email, display_name, timezone) VALUES ($1, $2, $3, $4)",
+        user_id, email, display_name, timezone,
+    )
+
+
+async def user_by_email(db: Database | Tx, email: str) -> asyncpg.Record | None:
+    return await db.fetchrow("SELECT * FROM users WHERE email = $1", email)
+
+
+async def insert_consumer(tx: Database | Tx, name: str, user_id: str | None) -> None:
+    await tx.execute("INSERT INTO consumers (name, user_id) VALUES ($1, $2)", name, user_id)
+
+
+async def consumer(db: Database | Tx, name: str) -> asyncpg.Record | None:
+    return await db.fetchrow("SELECT * FROM consumers WHERE name = $1", name)
+
+
+async def consumer_of_user(db: Database | Tx, user_id: str) -> asyncpg.Record | None:
+    return await db.fetchrow(
+        "SELECT * FROM consumers WHERE user_id = $1 ORDER BY created_at, name LIMIT 1", user_id
+    )
+
+
+async def claim_consumer(db: Database | Tx, name: str, user_id: str) -> bool:
+    """Claim an unclaimed consumer (or re-claim one already the user's)."""
+    status = await db.execute(
+        "UPDATE consumers SET user_id = $2 WHERE name = $1 AND (user_id IS NULL OR user_id = $2)",
+        name, user_id,
+    )
+    return status.endswith(" 1")
+
+
+async def insert_key(db: Database | Tx, key_id: str, consumer_name: str, key_hash: bytes) -> None:
+    await db.execute(
+        "INSERT INTO api_keys (id, consumer_name, key_hash) VALUES ($1, $2, $3)",
+        key_id, consumer_name, key_hash,
+    )
+
+
+async def revoke_key(db: Database | Tx, key_hash: bytes) -> bool:
+    status = await db.execute(
+        "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1 AND revoked_at IS NULL",
+        key_hash,
+    )
+    return status.endswith(" 1")

@@ -1,0 +1,96 @@
+"""The asyncpg pool, wrapped so every query is counted and errors are typed.
+
+The count is what the query-budget tests pin: a list page must cost the same
+number of statements whatever its size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from kalends.errors import ApiError
+
+
+class Database:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.query_count = 0
+
+    @classmethod
+    async def connect(cls, dsn: str, *, min_size: int = 2, max_size: int = 10) -> Database:
+        pool = await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, init=_init_connection,
+            timeout=5, command_timeout=30,
+        )
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        self.query_count += 1
+        async with _unavailable_on_connection_loss():
+            return await self.pool.fetch(sql, *args)  # type: ignore[no-any-return]
+
+    async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        self.query_count += 1
+        async with _unavailable_on_connection_loss():
+            return await self.pool.fetchrow(sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        self.query_count += 1
+        async with _unavailable_on_connection_loss():
+            return await self.pool.fetchval(sql, *args)
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        self.query_count += 1
+        async with _unavailable_on_connection_loss():
+            return await self.pool.execute(sql, *args)  # type: ignore[no-any-return]
+
+    @asynccontextmanager
+    async def transaction(self, isolation: str = "read_committed") -> AsyncIterator[Tx]:
+        async with _unavailable_on_connection_loss(), self.pool.acquire() as conn:
+            async with conn.transaction(isolation=isolation):
+                yield Tx(conn, self)
+
+
+class Tx:
+    """A connection inside a transaction, counting like `Database`."""
+
+    def __init__(self, conn: asyncpg.Connection, db: Database) -> None:
+        self._conn = conn
+        self._db = db
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        self._db.query_count += 1
+        return await self._conn.fetch(sql, *args)  # type: ignore[no-any-return]
+
+    async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        self._db.query_count += 1
+        return await self._conn.fetchrow(sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        self._db.query_count += 1
+        return await self._conn.fetchval(sql, *args)
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        self._db.query_count += 1
+        return await self._conn.execute(sql, *args)  # type: ignore[no-any-return]
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.execute("SET TIME ZONE 'UTC'")
+
+
+@asynccontextmanager
+async def _unavailable_on_connection_loss() -> AsyncIterator[None]:
+    try:
+        yield
+    except (OSError, asyncpg.exceptions.ConnectionDoesNotExistError,
+            asyncpg.exceptions.CannotConnectNowError,
+            asyncpg.exceptions.TooManyConnectionsError) as exc:
+        raise ApiError("service_unavailable", "The database is unreachable; retry shortly.") from exc

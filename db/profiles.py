@@ -1,0 +1,92 @@
+"""Profiles. Every read returns the caller's role in the owning organization
+alongside the row, so visibility and permission need no second query."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from db.database import Database, Tx
+
+_COLUMNS = """
+    p.id, p.organization_id, p.owner_user_id, p.platform_id::text AS platform_id,
+    p.display_name, p.description, p.profile_image_url, p.header_image_url, p.is_private,
+    p.default_event_duration_minutes, p.created_at, p.updated_at, p.deleted_at
+"""
+
+# Columns a caller may write through create/update.
+WRITABLE = (
+    "display_name", "description", "profile_image_url", "header_image_url", "is_private",
+)
+
+
+async def by_ids(db: Database, ids: Sequence[str], viewer_id: str) -> list[asyncpg.Record]:
+    return await db.fetch(
+        f"""
+        SELECT {_COLUMNS}, m.role AS viewer_role
+        FROM profiles p
+        LEFT JOIN organization_members m
+          ON m.organization_id = p.organization_id AND m.user_id = $2
+        WHERE p.id = ANY($1::text[])
+        """,
+        list(ids), viewer_id,
+    )
+
+
+async def administered_page(
+    db: Database, viewer_id: str, after: tuple[datetime, str] | None, limit: int
+) -> list[asyncpg.Record]:
+    """Live profiles the viewer owns or administers, by (created_at, id)."""
+    after_ts, after_id = after if after else (None, None)
+    return await db.fetch(
+        f"""
+        SELECT {_COLUMNS}, m.role AS viewer_role
+        FROM profiles p
+        LEFT JOIN organization_members m
+          ON m.organization_id = p.organization_id AND m.user_id = $1
+        WHERE p.deleted_at IS NULL
+          AND (p.owner_user_id = $1 OR m.role IN ('owner', 'admin'))
+          AND ($2::timestamptz IS NULL OR (p.created_at, p.id) > ($2, $3))
+        ORDER BY p.created_at, p.id
+        LIMIT $4
+        """,
+        viewer_id, after_ts, after_id, limit,
+    )
+
+
+async def insert(
+    tx: Database | Tx, profile_id: str, organization_id: str, owner_user_id: str,
+    platform_id: str, fields: dict[str, Any],
+) -> None:
+    """Raises asyncpg.UniqueViolationError when the handle is taken."""
+    cols = [c for c in WRITABLE if c in fields]
+    placeholders = ", ".join(f"${i}" for i in range(5, 5 + len(cols)))
+    await tx.execute(
+        f"""
+        INSERT INTO profiles (id, organization_id, owner_user_id, platform_id
+                              {''.join(', ' + c for c in cols)})
+        VALUES ($1, $2, $3, $4{', ' if cols else ''}{placeholders})
+        """,
+        profile_id, organization_id, owner_user_id, platform_id, *(fields[c] for c in cols),
+    )
+
+
+async def update(db: Database | Tx, profile_id: str, fields: dict[str, Any]) -> None:
+    cols = [c for c in WRITABLE if c in fields]
+    if not cols:
+        return
+    assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(cols, start=2))
+    await db.execute(
+        f"UPDATE profiles SET {assignments}, updated_at = now()"
+        " WHERE id = $1 AND deleted_at IS NULL",
+        profile_id, *(fields[c] for c in cols),
+    )
+
+
+async def soft_delete(db: Database | Tx, profile_id: str) -> None:
+    await db.execute(
+        "UPDATE profiles SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL", profile_id
+    )

@@ -1,0 +1,36 @@
+"""The per-request GraphQL context: who is asking, and request-scoped loaders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from graphql import GraphQLSchema
+
+from db.database import Database
+from graph.dataloaders import Loaders
+from kalends.auth import Viewer
+from kalends.pagination import Cursors
+
+
+@dataclass(frozen=True)
+class Services:
+    """Process-wide dependencies, built once at start-up."""
+
+    db: Database
+    cursors: Cursors
+    schema: GraphQLSchema
+
+
+@dataclass
+class Context:
+    services: Services
+    viewer: Viewer
+    request_id: str
+    loaders: Loaders = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.loaders = Loaders(self.services.db, self.viewer)
+
+    @property
+    def db(self) -> Database:
+        return self.services.db

@@ -1,0 +1,80 @@
+"""Profile resolvers: load through the per-request loader, decide in `kalends.profiles`."""
+
+from __future__ import annotations
+
+import strawberry
+
+from db import profiles as store
+from graph.context import Context
+from graph.inputs import input_type, parse_input
+from graph.types import Page, Profile
+from kalends import ids
+from kalends import profiles as domain
+from kalends.pagination import check_limit
+
+ProfileCreateInput = input_type(domain.ProfileCreate, "ProfileCreateInput")
+ProfileUpdateInput = input_type(domain.ProfileUpdate, "ProfileUpdateInput")
+
+Info = strawberry.Info[Context, None]
+
+
+def _list_key(ctx: Context) -> str:
+    return f"profiles:{ctx.viewer.user_id}"
+
+
+@strawberry.type
+class ProfileQueries:
+    @strawberry.field(description="Profiles the caller owns or administers.")
+    async def profiles(
+        self, info: Info, limit: int = 20, cursor: str | None = None
+    ) -> Page[Profile]:
+        ctx = info.context
+        limit = check_limit(limit)
+        cursors = ctx.services.cursors
+        after = cursors.decode(_list_key(ctx), cursor) if cursor else None
+        rows = await store.administered_page(ctx.db, ctx.viewer.user_id, after, limit + 1)
+        rows, has_more, next_cursor = cursors.page(_list_key(ctx), rows, limit)
+        return Page(
+            data=[Profile.from_row(r) for r in rows], has_more=has_more, next_cursor=next_cursor
+        )
+
+    @strawberry.field(description="A profile visible to the caller.")
+    async def profile(self, info: Info, profile_id: strawberry.ID) -> Profile:
+        ctx = info.context
+        key = ids.parse("prf", profile_id, param="profile_id")
+        row = domain.check_visible(await ctx.loaders.profile.load(key), ctx.viewer)
+        return Profile.from_row(row)
+
+
+@strawberry.type
+class ProfileMutations:
+    @strawberry.mutation(description="Create a profile in one of the caller's organizations.")
+    async def create_profile(self, info: Info, input: ProfileCreateInput) -> Profile:
+        ctx = info.context
+        data = parse_input(domain.ProfileCreate, input)
+        profile_id = await domain.create(ctx.db, ctx.viewer, data)
+        row = await ctx.loaders.profile.load(profile_id)
+        assert row is not None
+        return Profile.from_row(row)
+
+    @strawberry.mutation(description="Change a profile the caller administers.")
+    async def update_profile(
+        self, info: Info, profile_id: strawberry.ID, input: ProfileUpdateInput
+    ) -> Profile:
+        ctx = info.context
+        key = ids.parse("prf", profile_id, param="profile_id")
+        data = parse_input(domain.ProfileUpdate, input)
+        row = domain.check_administrable(await ctx.loaders.profile.load(key), ctx.viewer)
+        await domain.update(ctx.db, row, data)
+        ctx.loaders.profile.clear(key)
+        fresh = await ctx.loaders.profile.load(key)
+        assert fresh is not None
+        return Profile.from_row(fresh)
+
+    @strawberry.mutation(description="Soft-delete a profile; deleting it again is a no-op.")
+    async def delete_profile(self, info: Info, profile_id: strawberry.ID) -> bool:
+        ctx = info.context
+        key = ids.parse("prf", profile_id, param="profile_id")
+        row = domain.check_administrable(await ctx.loaders.profile.load(key), ctx.viewer)
+        await domain.delete(ctx.db, row)
+        return True

@@ -1,0 +1,25 @@
+"""Scalars with the contract's wire format (RFC 3339, UTC, `Z`, whole seconds)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import NewType
+
+import strawberry
+
+
+def format_timestamp(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_timestamp(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+Timestamp = strawberry.scalar(
+    NewType("Timestamp", datetime),
+    name="Timestamp",
+    description="An instant, RFC 3339 in UTC with `Z` and whole seconds.",
+    serialize=format_timestamp,
+    parse_value=_parse_timestamp,
+)

@@ -1,0 +1,46 @@
+"""The Strawberry schema: the single internal query model behind every transport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.extensions import ParserCache, ValidationCache
+from strawberry.schema.config import StrawberryConfig
+
+from graph.organizations import OrganizationQueries
+from graph.profiles import ProfileMutations, ProfileQueries
+from kalends.errors import ApiError
+
+
+@strawberry.type
+class Query(OrganizationQueries, ProfileQueries):
+    pass
+
+
+@strawberry.type
+class Mutation(ProfileMutations):
+    pass
+
+
+class _Schema(strawberry.Schema):
+    def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
+        # An ApiError is the client's mistake, already answered; log only the rest.
+        unexpected = [e for e in errors if not isinstance(e.original_error, ApiError)]
+        if unexpected:
+            super().process_errors(unexpected, execution_context)
+
+
+# Field names stay snake_case: the same names as the REST and MCP surfaces.
+schema = _Schema(
+    query=Query,
+    mutation=Mutation,
+    config=StrawberryConfig(auto_camel_case=False),
+    # Documents sent to /graphql by dashboards repeat: parse and validate each once.
+    extensions=[ParserCache(maxsize=256), ValidationCache(maxsize=256)],
+)
+
+
+def sdl() -> str:
+    return schema.as_str() + "\n"

@@ -1,0 +1,5 @@
+import sys
+
+from kalends.cli import main
+
+sys.exit(main())

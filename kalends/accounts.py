@@ -1,0 +1,154 @@
+"""Operator actions behind `kalends admin`: users, consumers, keys, organizations.
+
+Each user is created with an owned default organization, a default personal
+calendar and a claimed consumer, in one transaction.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from typing import Any
+
+import asyncpg
+
+from db import accounts, calendars, organizations
+from db.database import Database
+from kalends import ids
+from kalends.auth import new_key
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_CONSUMER = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+ROLES = ("owner", "admin", "member")
+
+
+class AdminError(Exception):
+    """An operator mistake; the CLI prints it and exits non-zero."""
+
+
+def _check_email(email: str) -> str:
+    if not _EMAIL.match(email) or len(email) > 320:
+        raise AdminError(f"not an email address: {email!r}")
+    return email
+
+
+def _check_timezone(tz: str | None) -> str | None:
+    if tz is None:
+        return None
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise AdminError(f"not an IANA time zone: {tz!r}") from exc
+    return tz
+
+
+def _consumer_name_for(email: str) -> str:
+    local = re.sub(r"[^A-Za-z0-9_-]", "-", email.split("@", 1)[0])[:90]
+    return f"{local}-{ids.new_id('usr')[-8:]}"
+
+
+async def create_user(
+    db: Database, email: str, name: str | None = None, timezone: str | None = None
+) -> dict[str, Any]:
+    email = _check_email(email)
+    timezone = _check_timezone(timezone)
+    user_id, org_id, cal_id = ids.new_id("usr"), ids.new_id("org"), ids.new_id("cal")
+    consumer = _consumer_name_for(email)
+    key, key_hash = new_key()
+    try:
+        async with db.transaction() as tx:
+            await accounts.insert_user(tx, user_id, email, name, timezone)
+            await organizations.insert(tx, org_id, name or email, None)
+            await organizations.add_member(tx, org_id, user_id, "owner", is_default=True)
+            await calendars.insert(tx, cal_id, user_id, "Personal", is_default=True)
+            await accounts.insert_consumer(tx, consumer, user_id)
+            await accounts.insert_key(tx, ids.new_id("key"), consumer, key_hash)
+    except asyncpg.UniqueViolationError as exc:
+        raise AdminError(f"a user with email {email!r} already exists") from exc
+    return {
+        "email": email, "display_name": name, "organization_id": org_id,
+        "calendar_id": cal_id, "consumer": consumer, "api_key": key,
+    }
+
+
+async def _user(db: Database, email: str) -> asyncpg.Record:
+    row = await accounts.user_by_email(db, email)
+    if row is None:
+        raise AdminError(f"no user with email {email!r}")
+    return row
+
+
+async def create_key(db: Database, email: str) -> dict[str, Any]:
+    user = await _user(db, email)
+    consumer = await accounts.consumer_of_user(db, user["id"])
+    if consumer is None:  # a user whose consumer was removed gets a fresh one
+        name = _consumer_name_for(email)
+        await accounts.insert_consumer(db, name, user["id"])
+    else:
+        name = consumer["name"]
+    key, key_hash = new_key()
+    await accounts.insert_key(db, ids.new_id("key"), name, key_hash)
+    return {"consumer": name, "api_key": key}
+
+
+async def create_consumer(db: Database, name: str) -> dict[str, Any]:
+    if not _CONSUMER.match(name):
+        raise AdminError("a consumer name is 1 to 128 letters, digits, '_' or '-'")
+    key, key_hash = new_key()
+    try:
+        async with db.transaction() as tx:
+            await accounts.insert_consumer(tx, name, None)
+            await accounts.insert_key(tx, ids.new_id("key"), name, key_hash)
+    except asyncpg.UniqueViolationError as exc:
+        raise AdminError(f"consumer {name!r} already exists") from exc
+    return {"consumer": name, "api_key": key}
+
+
+async def claim_consumer(db: Database, name: str, email: str) -> dict[str, Any]:
+    user = await _user(db, email)
+    if await accounts.consumer(db, name) is None:
+        raise AdminError(f"no consumer named {name!r}")
+    if not await accounts.claim_consumer(db, name, user["id"]):
+        raise AdminError(f"consumer {name!r} is already claimed by another user")
+    return {"consumer": name, "email": user["email"]}
+
+
+async def create_organization(
+    db: Database, name: str, owner_email: str, handle: str | None = None
+) -> dict[str, Any]:
+    if not name.strip():
+        raise AdminError("an organization needs a name")
+    owner = await _user(db, owner_email)
+    org_id = ids.new_id("org")
+    try:
+        async with db.transaction() as tx:
+            await organizations.insert(tx, org_id, name, handle)
+            await organizations.add_member(tx, org_id, owner["id"], "owner")
+    except asyncpg.UniqueViolationError as exc:
+        raise AdminError(f"organization handle {handle!r} is taken") from exc
+    return {"organization_id": org_id}
+
+
+async def add_member(db: Database, organization: str, email: str, role: str) -> dict[str, Any]:
+    if role not in ROLES:
+        raise AdminError(f"role must be one of {', '.join(ROLES)}")
+    if not ids.is_valid("org", organization):
+        raise AdminError(f"not an organization ID: {organization!r}")
+    org_id = organization.lower()
+    if not await organizations.exists(db, org_id):
+        raise AdminError(f"no organization {org_id}")
+    user = await _user(db, email)
+    current = await organizations.membership(db, org_id, user["id"])
+    if current is not None and current["is_default"] and role != "owner":
+        raise AdminError("a user stays the owner of their default organization")
+    await organizations.add_member(db, org_id, user["id"], role)
+    return {"organization_id": org_id, "email": user["email"], "role": role}
+
+
+async def create_calendar(db: Database, email: str, name: str) -> dict[str, Any]:
+    if not name.strip():
+        raise AdminError("a calendar needs a name")
+    user = await _user(db, email)
+    cal_id = ids.new_id("cal")
+    await calendars.insert(db, cal_id, user["id"], name)
+    return {"calendar_id": cal_id}

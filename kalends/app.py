@@ -1,0 +1,65 @@
+"""The aiohttp application: REST, GraphQL and MCP over one set of services."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+import kalends.operations  # noqa: F401  (registers every operation)
+import mcp_bridge
+from db import secrets
+from db.database import Database
+from graph.context import Services
+from graph.http import KalendsGraphQLView
+from graph.schema import schema
+from kalends import registry
+from kalends.pagination import Cursors
+from kalends.services import SERVICES
+from rest_bridge import openapi, routes
+from rest_bridge.middleware import error_envelopes, request_context
+from rest_bridge.responses import json_response
+
+log = logging.getLogger("kalends.app")
+MAX_BODY = 1024 * 1024
+
+# Validated at import: a broken operation document stops the start.
+registry.prepare(schema._schema)
+_OPENAPI = openapi.document()
+
+
+def create_app(dsn: str, *, pool_size: int = 10) -> web.Application:
+    app = web.Application(
+        middlewares=[request_context, error_envelopes], client_max_size=MAX_BODY
+    )
+
+    async def services(app: web.Application) -> AsyncIterator[None]:
+        db = await Database.connect(dsn, max_size=pool_size)
+        cursor_secret = await secrets.get(db, "cursor")
+        app[SERVICES] = Services(db=db, cursors=Cursors(cursor_secret), schema=schema._schema)
+        yield
+        await db.close()
+
+    app.cleanup_ctx.append(services)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/openapi.json", _openapi)
+    app.router.add_route("POST", "/graphql", KalendsGraphQLView(schema=schema, graphql_ide=None))
+    routes.setup(app)
+    mcp_bridge.setup(app)
+    return app
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    # Raises service_unavailable (503) when the pool cannot reach PostgreSQL.
+    await request.app[SERVICES].db.fetchval("SELECT 1")
+    return json_response({"status": "ready"})
+
+
+async def _openapi(request: web.Request) -> web.Response:
+    return json_response(_OPENAPI)

@@ -1,0 +1,178 @@
+"""The `kalends` command (contract §7)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+
+from db import embedded
+from db.database import Database
+from db.migrate import migrate
+from kalends import accounts, logs
+
+
+@contextmanager
+def _database() -> Iterator[str]:
+    """DATABASE_URL when set; else the embedded server, stopped on the way out
+    unless another process (a running `serve`) still holds it."""
+    dsn = os.environ.get("DATABASE_URL")
+    if dsn:
+        yield dsn
+        return
+    dsn, server = embedded.start()
+    try:
+        yield dsn
+    finally:
+        embedded.stop(server)
+
+
+def _exit_on_sigterm() -> None:
+    # Python runs no exit handler on SIGTERM by default; exiting normally lets
+    # the embedded database's cleanup run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    logs.configure()
+    with _database() as dsn:
+        if not args.child:
+            asyncio.run(migrate(dsn))
+        if args.workers > 1:
+            return _supervise(args, dsn)
+        from kalends.app import create_app
+
+        web.run_app(
+            create_app(dsn), host=args.host, port=args.port, access_log=None,
+            reuse_port=args.child or None, shutdown_timeout=30, print=None,
+        )
+    return 0
+
+
+def _supervise(args: argparse.Namespace, dsn: str) -> int:
+    """N single-process servers sharing the port through SO_REUSEPORT."""
+    env = {**os.environ, "DATABASE_URL": dsn}
+    command = [sys.executable, "-m", "kalends", "serve", "--host", args.host,
+               "--port", str(args.port), "--child"]
+    children = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
+
+    def forward(signum: int, _frame: Any) -> None:
+        for child in children:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return max(child.wait() for child in children)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    with _database() as dsn:
+        applied = asyncio.run(migrate(dsn))
+    _print({"applied": applied})
+    return 0
+
+
+def _admin(action: Callable[[Database, argparse.Namespace], Awaitable[dict[str, Any]]]
+           ) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        async def go(dsn: str) -> dict[str, Any]:
+            await migrate(dsn)
+            db = await Database.connect(dsn, min_size=1, max_size=2)
+            try:
+                return await action(db, args)
+            finally:
+                await db.close()
+
+        with _database() as dsn:
+            try:
+                result = asyncio.run(go(dsn))
+            except accounts.AdminError as exc:
+                sys.stderr.buffer.write(orjson.dumps({"error": str(exc)}) + b"\n")
+                return 1
+        _print(result)
+        return 0
+
+    return run
+
+
+def _print(obj: dict[str, Any]) -> None:
+    sys.stdout.buffer.write(orjson.dumps(obj) + b"\n")
+    sys.stdout.flush()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kalends", description="Kalends scheduling service")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the service")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    serve.set_defaults(func=_serve)
+
+    sub.add_parser("migrate", help="apply pending migrations").set_defaults(func=_migrate)
+
+    admin = sub.add_parser("admin", help="operator commands; each prints one JSON object")
+    asub = admin.add_subparsers(dest="admin_command", required=True)
+
+    p = asub.add_parser("create-user")
+    p.add_argument("--email", required=True)
+    p.add_argument("--name")
+    p.add_argument("--timezone")
+    p.set_defaults(func=_admin(lambda db, a: accounts.create_user(db, a.email, a.name, a.timezone)))
+
+    p = asub.add_parser("create-key")
+    p.add_argument("--email", required=True)
+    p.set_defaults(func=_admin(lambda db, a: accounts.create_key(db, a.email)))
+
+    p = asub.add_parser("create-consumer")
+    p.add_argument("--name", required=True)
+    p.set_defaults(func=_admin(lambda db, a: accounts.create_consumer(db, a.name)))
+
+    p = asub.add_parser("claim-consumer")
+    p.add_argument("--name", required=True)
+    p.add_argument("--email", required=True)
+    p.set_defaults(func=_admin(lambda db, a: accounts.claim_consumer(db, a.name, a.email)))
+
+    p = asub.add_parser("create-organization")
+    p.add_argument("--name", required=True)
+    p.add_argument("--owner", required=True)
+    p.add_argument("--handle")
+    p.set_defaults(func=_admin(
+        lambda db, a: accounts.create_organization(db, a.name, a.owner, a.handle)))
+
+    p = asub.add_parser("add-member")
+    p.add_argument("--organization", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--role", required=True, choices=accounts.ROLES)
+    p.set_defaults(func=_admin(
+        lambda db, a: accounts.add_member(db, a.organization, a.email, a.role)))
+
+    p = asub.add_parser("create-calendar")
+    p.add_argument("--email", required=True)
+    p.add_argument("--name", required=True)
+    p.set_defaults(func=_admin(lambda db, a: accounts.create_calendar(db, a.email, a.name)))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command != "serve":
+        _exit_on_sigterm()
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Parameters shared by many operations."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from kalends.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from kalends.registry import Param
+from kalends.validation import id_of
+
+LIMIT = Param(
+    "limit", "query", Annotated[int, Field(ge=1, le=MAX_LIMIT)],
+    f"Page size, 1 to {MAX_LIMIT}.", default=DEFAULT_LIMIT,
+)
+CURSOR = Param(
+    "cursor", "query", Annotated[str, Field(min_length=1, max_length=512)] | None,
+    "Opaque cursor: `next_cursor` of the previous page.", default=None,
+)
+PAGE = (LIMIT, CURSOR)
+PAGE_VARIABLES = "$limit: Int!, $cursor: String"
+PAGE_ARGUMENTS = "limit: $limit, cursor: $cursor"
+
+
+def path_id(name: str, prefix: str, what: str) -> Param:
+    return Param(name, "path", id_of(prefix), f"The {what}'s ID ({prefix}_...).")

@@ -1,0 +1,81 @@
+"""Keyset cursors: opaque, tamper-evident, and bound to the list they came from.
+
+A cursor is the base64url of `list key | created_at micros | id | MAC`. The MAC
+covers the list key, so a cursor replayed on another list (or by another
+caller) fails like an edited one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from kalends.errors import ApiError
+
+T = TypeVar("T")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAC_BYTES = 16
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    has_more: bool
+    next_cursor: str | None
+
+
+class Cursors:
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def encode(self, list_key: str, created_at: datetime, item_id: str) -> str:
+        micros = (created_at - _EPOCH) // timedelta(microseconds=1)
+        payload = f"{micros}|{item_id}".encode()
+        mac = self._mac(list_key, payload)
+        return base64.urlsafe_b64encode(payload + b"|" + mac).decode().rstrip("=")
+
+    def decode(self, list_key: str, cursor: str) -> tuple[datetime, str]:
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+            payload, mac = raw[: -_MAC_BYTES - 1], raw[-_MAC_BYTES:]
+            if raw[-_MAC_BYTES - 1 : -_MAC_BYTES] != b"|":
+                raise ValueError
+            if not hmac.compare_digest(mac, self._mac(list_key, payload)):
+                raise ValueError
+            micros_text, item_id = payload.decode().split("|", 1)
+            return _EPOCH + timedelta(microseconds=int(micros_text)), item_id
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(
+                "invalid_cursor", "The cursor is not one this list issued.", param="cursor"
+            ) from exc
+
+    def page(
+        self, list_key: str, rows: list[Any], limit: int, key: Any = None
+    ) -> tuple[list[Any], bool, str | None]:
+        """Cut a `limit + 1` fetch into a page; the cursor points after its last row."""
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        cursor = None
+        if has_more:
+            last = rows[-1]
+            cursor = self.encode(list_key, last["created_at"], last["id"])
+        return rows, has_more, cursor
+
+    def _mac(self, list_key: str, payload: bytes) -> bytes:
+        msg = list_key.encode() + b"\x00" + payload
+        return hmac.new(self._secret, msg, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def check_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ApiError(
+            "invalid_query_parameter", f"`limit` must be between 1 and {MAX_LIMIT}.",
+            param="limit", details={"value": str(limit)},
+        )
+    return limit

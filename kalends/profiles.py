@@ -1,0 +1,110 @@
+"""Profiles: request shapes, visibility, permission, and the writes themselves."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import asyncpg
+from pydantic import Field, StringConstraints
+
+from db import organizations
+from db import profiles as store
+from db.database import Database
+from kalends import ids
+from kalends.auth import Viewer
+from kalends.errors import conflict, forbidden, not_found
+from kalends.validation import Body, id_of
+
+PlatformId = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9_.-]{3,}$", max_length=64),
+    Field(description="Handle: letters, digits, `_`, `.`, `-`; 3 to 64 characters."),
+]
+DisplayName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
+Description = Annotated[str, StringConstraints(max_length=5000)]
+Url = Annotated[
+    str,
+    StringConstraints(max_length=2048, pattern=r"^https?://[^\s/?#]+[^\s]*$"),
+    Field(json_schema_extra={"format": "uri"}),
+]
+
+
+class ProfileUpdate(Body):
+    # Optional but not nullable: a default of None marks "omitted", while an
+    # explicit null is rejected by the non-null type.
+    display_name: DisplayName = Field(default=None)
+    description: Description | None = None
+    profile_image_url: Url | None = None
+    header_image_url: Url | None = None
+    is_private: bool = Field(default=None)
+
+    def changes(self) -> dict[str, Any]:
+        """Fields the caller sent; `null` clears a nullable field."""
+        return self.model_dump(exclude_unset=True)
+
+
+class ProfileCreate(ProfileUpdate):
+    platform_id: PlatformId
+    display_name: DisplayName
+    is_private: bool = False
+    organization_id: id_of("org") | None = None  # type: ignore[valid-type]
+
+
+def is_visible(row: asyncpg.Record, viewer: Viewer) -> bool:
+    """Public live profiles, and private ones to their owner and organization."""
+    if row["deleted_at"] is not None:
+        return False
+    if not row["is_private"]:
+        return True
+    return row["owner_user_id"] == viewer.user_id or row["viewer_role"] is not None
+
+
+def check_administrable(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.Record:
+    """The owner and the organization's owners and admins may write; a mere
+    member learns that the profile exists (403); anyone else sees nothing (404)."""
+    if row is None:
+        raise not_found("profile", param="profile_id")
+    if row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin"):
+        return row
+    if row["viewer_role"] == "member" and row["deleted_at"] is None:
+        raise forbidden("Only the profile's owner or its organization's owners and admins may change it.")
+    raise not_found("profile", param="profile_id")
+
+
+def check_visible(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.Record:
+    if row is None or not is_visible(row, viewer):
+        raise not_found("profile", param="profile_id")
+    return row
+
+
+async def create(db: Database, viewer: Viewer, data: ProfileCreate) -> str:
+    if data.organization_id is None:
+        org_id = await organizations.default_of_user(db, viewer.user_id)
+        if org_id is None:  # every user has one; only an operator could have removed it
+            raise not_found("default organization", param="organization_id")
+    else:
+        org_id = data.organization_id
+        if await organizations.membership(db, org_id, viewer.user_id) is None:
+            raise not_found("organization", param="organization_id")
+    profile_id = ids.new_id("prf")
+    fields = data.changes()
+    fields.pop("platform_id")
+    fields.pop("organization_id", None)
+    try:
+        await store.insert(db, profile_id, org_id, viewer.user_id, data.platform_id, fields)
+    except asyncpg.UniqueViolationError:
+        raise conflict(
+            f"The handle `{data.platform_id}` is already taken.", param="platform_id"
+        ) from None
+    return profile_id
+
+
+async def update(db: Database, row: asyncpg.Record, data: ProfileUpdate) -> None:
+    if row["deleted_at"] is not None:
+        raise not_found("profile", param="profile_id")
+    await store.update(db, row["id"], data.changes())
+
+
+async def delete(db: Database, row: asyncpg.Record) -> None:
+    """Soft delete; a second delete of the same profile changes nothing."""
+    await store.soft_delete(db, row["id"])

@@ -1,0 +1,335 @@
+"""The operation registry: each public operation declared once.
+
+An `Operation` holds its operationId, its hand-written GraphQL document, its
+REST binding (method, path, where each variable comes from), its MCP tool
+description and hints, and how its result is shaped. The REST routes, the MCP
+tools and the OpenAPI document are all generated from `OPERATIONS`.
+
+Documents are parsed and validated once, by `prepare`, at start-up; a broken
+document stops the start. Requests then run the pre-validated AST through
+graphql-core directly, skipping per-request parsing and validation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from inspect import isawaitable
+from typing import TYPE_CHECKING, Any, Literal
+
+from graphql import (
+    DocumentNode,
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLSchema,
+    InlineFragmentNode,
+    OperationDefinitionNode,
+    SelectionSetNode,
+    execute,
+    parse,
+    validate,
+)
+from pydantic import BaseModel, ConfigDict, create_model
+
+from kalends.errors import ApiError
+from kalends.validation import Location
+from kalends.validation import validate as validate_model
+
+if TYPE_CHECKING:
+    from graph.context import Context
+
+log = logging.getLogger("kalends.registry")
+
+
+@dataclass(frozen=True)
+class Param:
+    """A path or query parameter, bound to the GraphQL variable of the same name."""
+
+    name: str
+    location: Literal["path", "query"]
+    annotation: Any
+    description: str
+    default: Any = ...
+
+
+@dataclass(frozen=True)
+class Mcp:
+    title: str
+    description: str
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "readOnlyHint": self.read_only,
+            "destructiveHint": self.destructive,
+            "idempotentHint": self.idempotent,
+            "openWorldHint": False,
+        }
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    method: str
+    path: str
+    summary: str
+    document: str
+    result: str | None
+    """Root field of the GraphQL result that is the REST body; None: 204, no body."""
+    mcp: Mcp
+    tag: str
+    params: tuple[Param, ...] = ()
+    body: type[BaseModel] | None = None
+    status: int = 200
+    creates: bool = False
+    """A create: answers 201 with `Location`, accepts an Idempotency-Key."""
+    no_body_status: str | None = None
+    """What an MCP call reports for a 204 operation: deleted, removed, linked."""
+    location: str | None = None
+    """Path template of the created resource, formatted with the REST body."""
+    _prepared: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def path_model(self) -> type[BaseModel]:
+        return _params_model(f"{self.name}Path", [p for p in self.params if p.location == "path"])
+
+    @cached_property
+    def query_model(self) -> type[BaseModel]:
+        return _params_model(
+            f"{self.name}Query", [p for p in self.params if p.location == "query"]
+        )
+
+    @property
+    def ast(self) -> DocumentNode:
+        try:
+            return self._prepared["ast"]  # type: ignore[no-any-return]
+        except KeyError:
+            raise RuntimeError(f"operation {self.name} used before prepare()") from None
+
+    @property
+    def response_schema(self) -> dict[str, Any] | None:
+        return self._prepared.get("response_schema")
+
+    def tool_input_schema(self) -> dict[str, Any]:
+        """One flat object: path parameters, query parameters and body fields."""
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        defs: dict[str, Any] = {}
+        for model in (self.path_model, self.query_model, self.body):
+            if model is None:
+                continue
+            schema = model.model_json_schema()
+            defs.update(schema.pop("$defs", {}))
+            properties.update(schema.get("properties", {}))
+            required.extend(schema.get("required", []))
+        out: dict[str, Any] = {
+            "type": "object", "properties": properties, "additionalProperties": False,
+        }
+        if required:
+            out["required"] = required
+        if defs:
+            out["$defs"] = defs
+        return out
+
+
+def _params_model(name: str, params: list[Param]) -> type[BaseModel]:
+    fields: dict[str, Any] = {
+        p.name: (p.annotation, _field(p)) for p in params
+    }
+    config = ConfigDict(extra="forbid")
+    return create_model(name, __config__=config, **fields)  # type: ignore[call-overload, no-any-return]
+
+
+def _field(p: Param) -> Any:
+    from pydantic import Field
+
+    if p.default is ...:
+        return Field(description=p.description)
+    return Field(default=p.default, description=p.description)
+
+
+# ---------------------------------------------------------------------------
+# The registry itself
+
+OPERATIONS: dict[str, Operation] = {}
+
+
+def register(*operations: Operation) -> None:
+    for op in operations:
+        if op.name in OPERATIONS:
+            raise ValueError(f"operation {op.name} declared twice")
+        OPERATIONS[op.name] = op
+
+
+def prepare(schema: GraphQLSchema) -> None:
+    """Parse and validate every document against the schema; fail loudly."""
+    problems: list[str] = []
+    for op in OPERATIONS.values():
+        ast = parse(op.document)
+        errors = validate(schema, ast)
+        if errors:
+            problems.extend(f"{op.name}: {e.message}" for e in errors)
+            continue
+        names = [d.name.value for d in ast.definitions
+                 if isinstance(d, OperationDefinitionNode) and d.name]
+        if names != [op.name]:
+            problems.append(f"{op.name}: the document must hold exactly one operation named so")
+            continue
+        op._prepared["ast"] = ast
+        if op.result is not None:
+            op._prepared["response_schema"] = _response_schema(schema, ast, op.result)
+    if problems:
+        raise RuntimeError("invalid operation documents:\n  " + "\n  ".join(problems))
+
+
+# ---------------------------------------------------------------------------
+# Binding: from a transport's inputs to GraphQL variables
+
+
+def bind(
+    op: Operation,
+    path: Mapping[str, Any],
+    query: Mapping[str, Any],
+    body: Any,
+    *,
+    query_location: Location = "query",
+) -> dict[str, Any]:
+    variables: dict[str, Any] = {}
+    variables.update(validate_model(op.path_model, dict(path), location="path").model_dump())
+    variables.update(
+        validate_model(op.query_model, dict(query), location=query_location).model_dump()
+    )
+    if op.body is not None:
+        if not isinstance(body, dict):
+            raise ApiError("invalid_json", "The request body must be a JSON object.")
+        parsed = validate_model(op.body, body)
+        variables["input"] = parsed.model_dump(exclude_unset=True)
+    return variables
+
+
+def bind_flat(op: Operation, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """MCP arguments are one flat object; split it by where each name belongs."""
+    path_names = set(op.path_model.model_fields)
+    query_names = set(op.query_model.model_fields)
+    path = {k: v for k, v in arguments.items() if k in path_names}
+    query = {k: v for k, v in arguments.items() if k in query_names}
+    rest = {k: v for k, v in arguments.items() if k not in path_names | query_names}
+    if op.body is None and rest:
+        name = sorted(rest)[0]
+        raise ApiError("unknown_field", f"Unknown argument `{name}`.", param=name)
+    return bind(op, path, query, rest, query_location="body")
+
+
+# ---------------------------------------------------------------------------
+# Execution
+
+
+async def run(op: Operation, variables: dict[str, Any], context: Context) -> Any:
+    """Execute the pre-validated document; return the shaped result (REST body)."""
+    result = execute(
+        context.services.schema, op.ast, context_value=context,
+        variable_values=variables, operation_name=op.name,
+    )
+    if isawaitable(result):
+        result = await result
+    if result.errors:
+        for error in result.errors:
+            if isinstance(error.original_error, ApiError):
+                raise error.original_error
+        log.error(
+            "operation failed", exc_info=result.errors[0].original_error or result.errors[0],
+            extra={"operation": op.name, "request_id": context.request_id},
+        )
+        raise ApiError("internal_error", "Something went wrong on our side; it has been logged.")
+    if op.result is None:
+        return None
+    assert result.data is not None
+    return result.data[op.result]
+
+
+async def call_flat(app: Any, viewer: Any, op: Operation, arguments: dict[str, Any],
+                    request_id: str) -> Any:
+    """Run an operation from MCP's flat arguments; returns the REST body or None."""
+    from graph.context import Context
+    from kalends.services import SERVICES
+
+    variables = bind_flat(op, arguments)
+    return await run(op, variables, Context(app[SERVICES], viewer, request_id))
+
+
+# ---------------------------------------------------------------------------
+# Response schemas, derived from each document's selection set
+
+
+_SCALARS: dict[str, dict[str, Any]] = {
+    "String": {"type": "string"},
+    "ID": {"type": "string"},
+    "Int": {"type": "integer"},
+    "Float": {"type": "number"},
+    "Boolean": {"type": "boolean"},
+    "Timestamp": {"type": "string", "format": "date-time"},
+}
+
+
+def _response_schema(schema: GraphQLSchema, ast: DocumentNode, root: str) -> dict[str, Any]:
+    fragments = {d.name.value: d for d in ast.definitions if isinstance(d, FragmentDefinitionNode)}
+    operation = next(d for d in ast.definitions if isinstance(d, OperationDefinitionNode))
+    root_type = schema.get_root_type(operation.operation)
+    assert root_type is not None
+    props = _selection_schema(root_type, operation.selection_set, fragments)
+    return props["properties"][root]  # type: ignore[no-any-return]
+
+
+def _selection_schema(
+    parent: GraphQLObjectType, selection: SelectionSetNode,
+    fragments: dict[str, FragmentDefinitionNode],
+) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    for node in _fields(selection, fragments):
+        key = node.alias.value if node.alias else node.name.value
+        properties[key] = _type_schema(parent.fields[node.name.value].type, node, fragments)
+    return {
+        "type": "object", "properties": properties,
+        "required": list(properties), "additionalProperties": False,
+    }
+
+
+def _fields(selection: SelectionSetNode, fragments: dict[str, FragmentDefinitionNode]
+            ) -> list[FieldNode]:
+    out: list[FieldNode] = []
+    for node in selection.selections:
+        if isinstance(node, FieldNode):
+            out.append(node)
+        elif isinstance(node, FragmentSpreadNode):
+            out.extend(_fields(fragments[node.name.value].selection_set, fragments))
+        elif isinstance(node, InlineFragmentNode):
+            out.extend(_fields(node.selection_set, fragments))
+    return out
+
+
+def _type_schema(gtype: Any, node: FieldNode, fragments: dict[str, FragmentDefinitionNode]
+                 ) -> dict[str, Any]:
+    nullable = not isinstance(gtype, GraphQLNonNull)
+    if not nullable:
+        gtype = gtype.of_type
+    if isinstance(gtype, GraphQLList):
+        inner = _type_schema(gtype.of_type, node, fragments)
+        schema: dict[str, Any] = {"type": "array", "items": inner}
+    elif isinstance(gtype, GraphQLObjectType):
+        assert node.selection_set is not None
+        schema = _selection_schema(gtype, node.selection_set, fragments)
+    else:
+        schema = dict(_SCALARS[gtype.name])
+    if nullable:
+        schema["type"] = [schema["type"], "null"]
+    return schema

@@ -1,0 +1,90 @@
+"""Pydantic models are the one declaration of every request's shape; this module
+turns their errors into the contract's codes, whichever transport asked."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+from kalends import ids
+from kalends.errors import ApiError
+
+M = TypeVar("M", bound=BaseModel)
+
+Location = Literal["body", "query", "path"]
+
+
+class Body(BaseModel):
+    """Base of request bodies: unknown fields are errors, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def id_of(prefix: str) -> Any:
+    """An ID field of one prefix; a mismatch is `invalid_id`, never `invalid_field`."""
+
+    def _check(value: object) -> str:
+        if not ids.is_valid(prefix, value):
+            raise PydanticCustomError(
+                "invalid_id", "must be an ID of the form {prefix}_ followed by 32 hex digits",
+                {"prefix": prefix},
+            )
+        assert isinstance(value, str)
+        return value.lower()
+
+    return Annotated[
+        str,
+        BeforeValidator(_check),
+        WithJsonSchema({"type": "string", "pattern": ids.pattern(prefix)}),
+    ]
+
+
+def validate(model: type[M], data: Any, *, location: Location = "body") -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _to_api_error(exc.errors(include_url=False), location) from None
+
+
+def _to_api_error(errors: list[Any], location: Location) -> ApiError:
+    # Report the most actionable problem first: unknown fields, then missing ones.
+    order = {"extra_forbidden": 0, "missing": 1}
+    err = min(errors, key=lambda e: order.get(e["type"], 2))
+    param = ".".join(str(p) for p in err["loc"]) or None
+    kind = err["type"]
+    value = err.get("input")
+    details = None if kind in ("missing", "extra_forbidden") else {"value": _show(value)}
+    if kind == "invalid_id":
+        return ApiError("invalid_id", f"`{param}` {err['msg']}.", param=param, details=details)
+    if location != "body":
+        return ApiError(
+            "invalid_query_parameter" if location == "query" else "invalid_id",
+            _query_message(kind, param, err["msg"]), param=param, details=details,
+        )
+    if kind == "extra_forbidden":
+        return ApiError("unknown_field", f"Unknown field `{param}`.", param=param)
+    if kind == "missing":
+        return ApiError("missing_field", f"`{param}` is required.", param=param)
+    return ApiError("invalid_field", f"`{param}`: {err['msg']}.", param=param, details=details)
+
+
+def _query_message(kind: str, param: str | None, msg: str) -> str:
+    if kind == "extra_forbidden":
+        return f"Unknown query parameter `{param}`."
+    if kind == "missing":
+        return f"Query parameter `{param}` is required."
+    return f"Query parameter `{param}`: {msg}."
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return value if len(value) <= 200 else value[:197] + "..."
+    import orjson
+
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:
+        text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."

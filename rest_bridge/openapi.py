@@ -1,0 +1,150 @@
+"""The OpenAPI 3.1 document, generated from the operation registry.
+
+Request schemas come from the pydantic models; response schemas from each
+operation's GraphQL selection set. Nothing here is written by hand per route.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kalends.errors import ERROR_CODES, ERROR_TYPES
+from kalends.registry import OPERATIONS, Operation
+
+_REF = "#/components/schemas/{model}"
+_ERROR_REF = {"$ref": "#/components/responses/Error"}
+
+
+def document() -> dict[str, Any]:
+    schemas: dict[str, Any] = {"ErrorEnvelope": _error_envelope()}
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS.values():
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, schemas)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Kalends API",
+            "version": "1.1.0",
+            "description": "Scheduling and event publishing: profiles, events, series, RSVPs, "
+            "calendars, subscriptions, follows, search and the agenda.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(schemas.items())),
+            "responses": {
+                "Error": {
+                    "description": "An error, in the contract's envelope.",
+                    "headers": {"X-Request-Id": {"schema": {"type": "string"}}},
+                    "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}},
+                },
+            },
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "An API key issued by `kalends admin`."},
+            },
+        },
+    }
+
+
+def _operation(op: Operation, schemas: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "operationId": op.name,
+        "summary": op.summary,
+        "description": op.mcp.description,
+        "tags": [op.tag],
+        "parameters": _parameters(op),
+        "responses": _responses(op),
+    }
+    if op.body is not None:
+        body = op.body.model_json_schema(ref_template=_REF)
+        schemas.update(body.pop("$defs", {}))
+        schemas[op.body.__name__] = body
+        out["requestBody"] = {
+            "required": any(f.is_required() for f in op.body.model_fields.values()),
+            "content": {"application/json": {
+                "schema": {"$ref": _REF.format(model=op.body.__name__)}}},
+        }
+    return out
+
+
+def _parameters(op: Operation) -> list[dict[str, Any]]:
+    params: list[dict[str, Any]] = []
+    for location, model in (("path", op.path_model), ("query", op.query_model)):
+        schema = model.model_json_schema()
+        required = set(schema.get("required", []))
+        for name, prop in schema.get("properties", {}).items():
+            prop = _without_null(prop)
+            description = prop.pop("description", None)
+            prop.pop("title", None)
+            param: dict[str, Any] = {
+                "name": name, "in": location, "required": name in required or location == "path",
+                "schema": prop,
+            }
+            if description:
+                param["description"] = description
+            params.append(param)
+    if op.creates:
+        params.append({
+            "name": "Idempotency-Key", "in": "header", "required": False,
+            "description": "Validated and logged; not deduplicated in this API version.",
+            "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{8,255}$"},
+        })
+    return params
+
+
+def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """Query strings have no null: `T | None` documents as `T`."""
+    if "anyOf" in schema:
+        options = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        if len(options) == 1:
+            rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+            return {**options[0], **rest}
+    return dict(schema)
+
+
+def _responses(op: Operation) -> dict[str, Any]:
+    headers: dict[str, Any] = {"X-Request-Id": {"schema": {"type": "string"}}}
+    success: dict[str, Any] = {"description": op.summary, "headers": headers}
+    if op.location is not None:
+        headers["Location"] = {"schema": {"type": "string"},
+                               "description": "Path of the created resource."}
+    if op.response_schema is not None:
+        success["content"] = {"application/json": {"schema": op.response_schema}}
+    responses: dict[str, Any] = {str(op.status): success}
+    codes = ["400", "401", "403", "404", "405", "500", "503"]
+    if op.body is not None:
+        codes += ["409", "413", "415"]
+    for code in sorted(codes):
+        responses[code] = _ERROR_REF
+    return responses
+
+
+def _error_envelope() -> dict[str, Any]:
+    strings = ["value", "expected_offset", "gap_from", "gap_to", "start", "end"]
+    details = {
+        "type": "object",
+        "properties": {
+            **{k: {"type": "string"} for k in strings},
+            "expected_shapes": {"type": "array", "items": {"type": "string"}},
+            "valid_offsets": {"type": "array", "items": {"type": "string"}},
+        },
+        "additionalProperties": False,
+    }
+    error = {
+        "type": "object",
+        "required": ["type", "code", "message"],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"type": "string", "enum": ERROR_TYPES},
+            "code": {"type": "string", "enum": ERROR_CODES},
+            "message": {"type": "string"},
+            "param": {"type": "string"},
+            "request_id": {"type": "string"},
+            "details": details,
+        },
+    }
+    return {"type": "object", "required": ["error"], "additionalProperties": False,
+            "properties": {"error": error}}

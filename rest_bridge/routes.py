@@ -1,0 +1,77 @@
+"""The /v1 routes, generated from the operation registry."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from graph.context import Context
+from kalends.auth import authenticate_key
+from kalends.errors import ApiError
+from kalends.registry import OPERATIONS, Operation, bind, run
+from kalends.services import SERVICES
+from rest_bridge.responses import json_response
+
+_IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{8,255}$")
+
+
+def setup(app: web.Application) -> None:
+    for op in OPERATIONS.values():
+        app.router.add_route(op.method, op.path, _handler(op), name=op.name)
+
+
+def _handler(op: Operation) -> Any:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        request["operation"] = op.name
+        services = request.app[SERVICES]
+        viewer = await authenticate_key(services.db, request.headers.get("Authorization"))
+        if op.creates:
+            _check_idempotency_key(request)
+        body = await _read_body(request) if op.body is not None else None
+        variables = bind(op, request.match_info, request.query, body)
+        result = await run(op, variables, Context(services, viewer, request["request_id"]))
+        if op.result is None:
+            return web.Response(status=204)
+        response = json_response(result, status=op.status)
+        if op.location is not None:
+            response.headers["Location"] = op.location.format(**result)
+        return response
+
+    handle.__name__ = op.name
+    return handle
+
+
+def _check_idempotency_key(request: web.Request) -> None:
+    # Validated and logged; deduplication is promised only by a future API version.
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return
+    if not _IDEMPOTENCY_KEY.match(key):
+        raise ApiError(
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 8 to 255 letters, digits, `_` or `-`.",
+            param="Idempotency-Key",
+        )
+    request["idempotency_key"] = key
+
+
+async def _read_body(request: web.Request) -> Any:
+    raw = await request.read()  # aiohttp enforces client_max_size: 413 past 1 MiB
+    if not raw:
+        return {}
+    _check_json_type(request)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ApiError("invalid_json", "The request body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise ApiError("invalid_json", "The request body must be a JSON object.")
+    return data
+
+
+def _check_json_type(request: web.Request) -> None:
+    if request.content_type != "application/json":
+        raise ApiError("unsupported_media_type", "Send the body as application/json.")
