@@ -1,0 +1,200 @@
+"""Test fixtures: a real PostgreSQL and the real service on a real port.
+
+With no DATABASE_URL the tests start the embedded PostgreSQL, exactly as the
+service does. Each session gets a database of its own, migrated from nothing.
+The service runs in a thread with its own event loop, so synchronous clients
+(schemathesis, subprocesses such as the MCP conformance suite) and async tests
+can all call it over TCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import asyncpg
+import pytest
+from aiohttp import web
+
+from db import embedded
+from db.database import Database
+from db.migrate import migrate
+from kalends import accounts
+from kalends.services import SERVICES
+
+T = TypeVar("T")
+
+
+def _with_database(dsn: str, name: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    server = None
+    base = os.environ.get("DATABASE_URL")
+    if not base:
+        # Not under /root: the embedded server widens its data dir's parents.
+        root = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir()))
+        root.mkdir(parents=True, exist_ok=True)
+        base, server = embedded.start(Path(tempfile.mkdtemp(prefix="kalends-test-", dir=root)))
+    name = f"kalends_test_{secrets.token_hex(4)}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(base)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f"CREATE DATABASE {name}"))
+    dsn = _with_database(base, name)
+    asyncio.run(migrate(dsn))
+    try:
+        yield dsn
+    finally:
+        asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        if server is not None:
+            embedded.stop(server)
+
+
+@dataclass
+class User:
+    email: str
+    api_key: str
+    organization_id: str
+    calendar_id: str
+    consumer: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+class LiveServer:
+    """The real application on 127.0.0.1, in a thread with its own loop."""
+
+    def __init__(self, dsn: str) -> None:
+        from kalends.app import create_app
+
+        self.app = create_app(dsn)
+        self.loop = asyncio.new_event_loop()
+        self._runner = web.AppRunner(self.app, access_log=None)
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.call(self._start())
+
+    async def _start(self) -> None:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def call(self, coro: Awaitable[T]) -> T:
+        """Run a coroutine on the server's loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)  # type: ignore[arg-type]
+
+    @property
+    def db(self) -> Database:
+        return self.app[SERVICES].db
+
+    def create_user(self, email: str | None = None, *, name: str | None = None,
+                    timezone: str | None = None) -> User:
+        email = email or f"user-{secrets.token_hex(6)}@example.com"
+        data = self.call(accounts.create_user(self.db, email, name, timezone))
+        return User(data["email"], data["api_key"], data["organization_id"],
+                    data["calendar_id"], data["consumer"])
+
+    def admin(self, action: Callable[..., Awaitable[dict[str, Any]]], *args: Any) -> dict[str, Any]:
+        return self.call(action(self.db, *args))
+
+    def close(self) -> None:
+        self.call(self._runner.cleanup())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_server(database_url: str) -> Iterator[LiveServer]:
+    server = LiveServer(database_url)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def make_user(live_server: LiveServer) -> Callable[..., Awaitable[User]]:
+    async def make(email: str | None = None, **kwargs: Any) -> User:
+        return await asyncio.to_thread(live_server.create_user, email, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def user(live_server: LiveServer) -> User:
+    return live_server.create_user()
+
+
+class Api:
+    """A thin REST client: JSON in, (status, body, headers) out."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self._session = session
+        self.base = base
+
+    async def request(
+        self, method: str, path: str, user: User | None = None, *, json: Any = None,
+        data: Any = None, headers: dict[str, str] | None = None, params: Any = None,
+    ) -> tuple[int, Any, Any]:
+        all_headers = dict(user.headers if user else {})
+        all_headers.update(headers or {})
+        async with self._session.request(
+            method, self.base + path, json=json, data=data, headers=all_headers, params=params
+        ) as resp:
+            raw = await resp.read()
+            body = await resp.json(content_type=None) if raw else None
+            return resp.status, body, resp.headers
+
+    async def get(self, path: str, user: User | None = None, **kw: Any) -> tuple[int, Any, Any]:
+        return await self.request("GET", path, user, **kw)
+
+    async def post(self, path: str, user: User | None = None, **kw: Any) -> tuple[int, Any, Any]:
+        return await self.request("POST", path, user, **kw)
+
+    async def patch(self, path: str, user: User | None = None, **kw: Any) -> tuple[int, Any, Any]:
+        return await self.request("PATCH", path, user, **kw)
+
+    async def delete(self, path: str, user: User | None = None, **kw: Any) -> tuple[int, Any, Any]:
+        return await self.request("DELETE", path, user, **kw)
+
+
+@pytest.fixture
+async def api(live_server: LiveServer) -> Any:
+    async with aiohttp.ClientSession() as session:
+        yield Api(session, live_server.url)
+
+
+def assert_error(status: int, body: Any, expected_status: int, code: str,
+                 param: str | None = None) -> dict[str, Any]:
+    """The contract's envelope, exactly: no other keys, the status its type implies."""
+    assert status == expected_status, body
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert error["code"] == code, error
+    assert set(error) <= {"type", "code", "message", "param", "request_id", "details"}, error
+    assert error["request_id"]
+    if param is not None:
+        assert error.get("param") == param, error
+    return error  # type: ignore[no-any-return]
