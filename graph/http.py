@@ -9,7 +9,7 @@ from strawberry.aiohttp.views import GraphQLView
 
 from graph.context import Context
 from kalends.auth import authenticate_key
-from kalends.services import SERVICES
+from kalends.services import REQUEST_ID, SERVICES
 
 
 class KalendsGraphQLView(GraphQLView[Context, None]):
@@ -19,4 +19,4 @@ class KalendsGraphQLView(GraphQLView[Context, None]):
         services = request.app[SERVICES]
         # An ApiError here reaches the error middleware: a 401 envelope, as on REST.
         viewer = await authenticate_key(services.db, request.headers.get("Authorization"))
-        return Context(services, viewer, request["request_id"])
+        return Context(services, viewer, request[REQUEST_ID])

@@ -38,9 +38,16 @@ schema = _Schema(
     mutation=Mutation,
     config=StrawberryConfig(auto_camel_case=False),
     # Documents sent to /graphql by dashboards repeat: parse and validate each once.
-    extensions=[ParserCache(maxsize=256), ValidationCache(maxsize=256)],
+    # Factories: the caches live at module level and outlast each request's instance.
+    extensions=[lambda: ParserCache(maxsize=256), lambda: ValidationCache(maxsize=256)],
 )
 
 
 def sdl() -> str:
     return schema.as_str() + "\n"
+
+
+if __name__ == "__main__":  # python -m graph.schema > schema.graphql
+    import sys
+
+    sys.stdout.write(sdl())

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from kalends.errors import ApiError
+from kalends.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID
 from rest_bridge.responses import error_response
 
 log = logging.getLogger("kalends.access")
@@ -24,7 +25,7 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     """Outermost: names the request, logs it, and stamps X-Request-Id on any answer."""
     supplied = request.headers.get("X-Request-Id", "")
     request_id = supplied if _CLIENT_REQUEST_ID.match(supplied) else "req_" + secrets.token_hex(12)
-    request["request_id"] = request_id
+    request[REQUEST_ID] = request_id
     started = time.perf_counter()
     response = await handler(request)
     response.headers["X-Request-Id"] = request_id
@@ -34,9 +35,9 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
             "request_id": request_id, "method": request.method, "path": request.path,
             "status": response.status,
             "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-            **({"operation": request["operation"]} if "operation" in request else {}),
-            **({"idempotency_key": request["idempotency_key"]}
-               if "idempotency_key" in request else {}),
+            **({"operation": request[OPERATION]} if OPERATION in request else {}),
+            **({"idempotency_key": request[IDEMPOTENCY_KEY]}
+               if IDEMPOTENCY_KEY in request else {}),
         },
     )
     return response
@@ -45,7 +46,7 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
 @web.middleware
 async def error_envelopes(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Turn every failure into the contract's envelope; never leak internals."""
-    request_id = request.get("request_id")
+    request_id = request.get(REQUEST_ID)
     try:
         return await handler(request)
     except ApiError as exc:

@@ -12,7 +12,7 @@ from graph.context import Context
 from kalends.auth import authenticate_key
 from kalends.errors import ApiError
 from kalends.registry import OPERATIONS, Operation, bind, run
-from kalends.services import SERVICES
+from kalends.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID, SERVICES
 from rest_bridge.responses import json_response
 
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{8,255}$")
@@ -25,14 +25,14 @@ def setup(app: web.Application) -> None:
 
 def _handler(op: Operation) -> Any:
     async def handle(request: web.Request) -> web.StreamResponse:
-        request["operation"] = op.name
+        request[OPERATION] = op.name
         services = request.app[SERVICES]
         viewer = await authenticate_key(services.db, request.headers.get("Authorization"))
         if op.creates:
             _check_idempotency_key(request)
         body = await _read_body(request) if op.body is not None else None
         variables = bind(op, request.match_info, request.query, body)
-        result = await run(op, variables, Context(services, viewer, request["request_id"]))
+        result = await run(op, variables, Context(services, viewer, request[REQUEST_ID]))
         if op.result is None:
             return web.Response(status=204)
         response = json_response(result, status=op.status)
@@ -55,7 +55,7 @@ def _check_idempotency_key(request: web.Request) -> None:
             "Idempotency-Key must be 8 to 255 letters, digits, `_` or `-`.",
             param="Idempotency-Key",
         )
-    request["idempotency_key"] = key
+    request[IDEMPOTENCY_KEY] = key
 
 
 async def _read_body(request: web.Request) -> Any:

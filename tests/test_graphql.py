@@ -1,0 +1,96 @@
+"""The internal GraphQL endpoint, exercised with `gql` as dashboards would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gql import Client, gql
+from gql.transport.aiohttp import AIOHTTPTransport
+from gql.transport.exceptions import TransportQueryError, TransportServerError
+
+from graph.schema import sdl
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_committed_schema_matches_the_code() -> None:
+    committed = (ROOT / "schema.graphql").read_text()
+    assert committed == sdl(), (
+        "schema.graphql is stale: regenerate it with `python -m graph.schema > schema.graphql`"
+    )
+
+
+def _client(live_server: Any, key: str | None) -> Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    transport = AIOHTTPTransport(url=live_server.url + "/graphql", headers=headers)
+    return Client(transport=transport, fetch_schema_from_transport=False)
+
+
+async def test_query_and_mutation_round_trip(live_server: Any, user: Any) -> None:
+    async with _client(live_server, user.api_key) as session:
+        created = await session.execute(
+            gql("""mutation($input: ProfileCreateInput!) {
+                create_profile(input: $input) { id platform_id is_private organization_id }
+            }"""),
+            variable_values={"input": {"platform_id": f"gql-{user.consumer}",
+                                       "display_name": "Via GraphQL"}},
+        )
+        profile = created["create_profile"]
+        assert profile["id"].startswith("prf_")
+        assert profile["organization_id"] == user.organization_id
+        assert profile["is_private"] is False
+
+        result = await session.execute(
+            gql("""query($id: ID!) {
+                profile(profile_id: $id) { id display_name created_at }
+                organizations { data { id role is_default } has_more next_cursor }
+            }"""),
+            variable_values={"id": profile["id"]},
+        )
+    assert result["profile"]["display_name"] == "Via GraphQL"
+    assert result["profile"]["created_at"].endswith("Z")
+    assert result["organizations"] == {
+        "data": [{"id": user.organization_id, "role": "owner", "is_default": True}],
+        "has_more": False, "next_cursor": None,
+    }
+
+
+async def test_errors_carry_the_contract_code(live_server: Any, user: Any) -> None:
+    async with _client(live_server, user.api_key) as session:
+        with pytest.raises(TransportQueryError) as info:
+            await session.execute(
+                gql("query($id: ID!) { profile(profile_id: $id) { id } }"),
+                variable_values={"id": "prf_" + "0" * 32},
+            )
+    error = info.value.errors[0]  # type: ignore[index]
+    assert error["extensions"] == {
+        "type": "not_found_error", "code": "resource_not_found", "param": "profile_id",
+    }
+
+
+async def test_mutation_input_follows_the_same_rules_as_rest(live_server: Any, user: Any) -> None:
+    async with _client(live_server, user.api_key) as session:
+        with pytest.raises(TransportQueryError) as info:
+            await session.execute(
+                gql("""mutation($input: ProfileCreateInput!) {
+                    create_profile(input: $input) { id } }"""),
+                variable_values={"input": {"platform_id": "no", "display_name": "x"}},
+            )
+    error = info.value.errors[0]  # type: ignore[index]
+    assert error["extensions"]["code"] == "invalid_field"
+    assert error["extensions"]["param"] == "platform_id"
+
+
+async def test_requires_an_api_key(live_server: Any) -> None:
+    async with _client(live_server, "kal_not-a-real-key") as session:
+        with pytest.raises(TransportServerError) as info:
+            await session.execute(gql("{ organizations { has_more } }"))
+    assert info.value.code == 401
+
+
+async def test_no_ide_and_no_queries_over_get(api: Any, user: Any) -> None:
+    status, _, headers = await api.get("/graphql", user, headers={"Accept": "text/html"})
+    assert status == 405
+    assert "text/html" not in headers.get("Content-Type", "")

@@ -1,0 +1,147 @@
+"""Contract §1-3 on the REST surface: envelopes, statuses, headers, auth."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from conftest import assert_error
+
+from kalends import accounts
+from kalends.registry import OPERATIONS
+
+BAD = "prf_" + "z" * 32
+
+
+async def test_request_id_is_echoed_or_generated(api: Any, user: Any) -> None:
+    status, _, headers = await api.get("/v1/organizations", user, headers={"X-Request-Id": "abc.1-2_3"})
+    assert status == 200
+    assert headers["X-Request-Id"] == "abc.1-2_3"
+    _, body, headers = await api.get("/v1/profiles/" + BAD, user, headers={"X-Request-Id": "bad id!"})
+    generated = headers["X-Request-Id"]
+    assert generated != "bad id!" and re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", generated)
+    assert body["error"]["request_id"] == generated
+
+
+async def test_unknown_route_and_wrong_method(api: Any, user: Any) -> None:
+    status, body, _ = await api.get("/v1/nothing-here", user)
+    assert_error(status, body, 404, "route_not_found")
+    status, body, headers = await api.request("PUT", "/v1/profiles", user, json={})
+    assert_error(status, body, 405, "method_not_allowed")
+    assert set(headers["Allow"].split(",")) == {"GET", "POST"}
+
+
+async def test_authentication_failures(live_server: Any, api: Any, user: Any) -> None:
+    for headers in ({}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer "},
+                    {"Authorization": "Bearer kal_unknown"}):
+        status, body, resp_headers = await api.get("/v1/profiles", headers=headers)
+        assert_error(status, body, 401, "not_authenticated")
+        assert body["error"]["type"] == "authentication_error"
+        assert resp_headers["WWW-Authenticate"].startswith("Bearer")
+
+
+async def test_revoked_key_stops_working(live_server: Any, api: Any, user: Any) -> None:
+    from kalends.auth import hash_key
+
+    from db import accounts as store
+
+    assert (await api.get("/v1/profiles", user))[0] == 200
+    assert live_server.call(store.revoke_key(live_server.db, hash_key(user.api_key)))
+    status, body, _ = await api.get("/v1/profiles", user)
+    assert_error(status, body, 401, "not_authenticated")
+
+
+async def test_unclaimed_consumer(live_server: Any, api: Any) -> None:
+    made = live_server.admin(accounts.create_consumer, "unclaimed-" + os_token())
+    status, body, _ = await api.get("/v1/profiles", headers={"Authorization": "Bearer " + made["api_key"]})
+    error = assert_error(status, body, 403, "consumer_not_claimed")
+    assert error["type"] == "permission_error"
+
+
+def os_token() -> str:
+    import secrets
+
+    return secrets.token_hex(4)
+
+
+async def test_body_must_be_a_json_object(api: Any, user: Any) -> None:
+    for raw in (b"{not json", b"[1, 2]", b'"text"', b"null"):
+        status, body, _ = await api.post(
+            "/v1/profiles", user, data=raw, headers={"Content-Type": "application/json"}
+        )
+        assert_error(status, body, 400, "invalid_json")
+
+
+async def test_body_must_be_declared_json(api: Any, user: Any) -> None:
+    status, body, _ = await api.post(
+        "/v1/profiles", user, data=b"platform_id=abc", headers={"Content-Type": "text/plain"}
+    )
+    assert_error(status, body, 415, "unsupported_media_type")
+
+
+async def test_body_larger_than_one_mebibyte(api: Any, user: Any) -> None:
+    huge = b'{"display_name": "' + b"x" * (1024 * 1024) + b'"}'
+    status, body, _ = await api.post(
+        "/v1/profiles", user, data=huge, headers={"Content-Type": "application/json"}
+    )
+    assert_error(status, body, 413, "payload_too_large")
+
+
+async def test_unknown_and_nested_unknown_fields(api: Any, user: Any) -> None:
+    status, body, _ = await api.post(
+        "/v1/profiles", user, json={"platform_id": "abcd", "display_name": "x", "featured_event_id": 1}
+    )
+    assert_error(status, body, 400, "unknown_field", param="featured_event_id")
+
+
+async def test_missing_and_invalid_fields(api: Any, user: Any) -> None:
+    status, body, _ = await api.post("/v1/profiles", user, json={"display_name": "x"})
+    assert_error(status, body, 400, "missing_field", param="platform_id")
+    status, body, _ = await api.post(
+        "/v1/profiles", user, json={"platform_id": "abcd", "display_name": "x", "is_private": "yes"}
+    )
+    error = assert_error(status, body, 400, "invalid_field", param="is_private")
+    assert error["details"] == {"value": "yes"}
+
+
+async def test_idempotency_key_is_validated_not_deduplicated(api: Any, user: Any) -> None:
+    status, body, _ = await api.post(
+        "/v1/profiles", user, json={"platform_id": "idem-" + os_token(), "display_name": "x"},
+        headers={"Idempotency-Key": "short"},
+    )
+    assert_error(status, body, 400, "invalid_idempotency_key", param="Idempotency-Key")
+    assert (await api.get("/v1/profiles", user))[1]["data"] == []  # nothing was created
+
+    key = {"Idempotency-Key": "retry_" + os_token() + "-abc"}
+    first = await api.post("/v1/profiles", user, json={"platform_id": "idem-" + os_token(), "display_name": "x"}, headers=key)
+    second = await api.post("/v1/profiles", user, json={"platform_id": "idem-" + os_token(), "display_name": "x"}, headers=key)
+    assert first[0] == second[0] == 201
+    assert first[1]["id"] != second[1]["id"]
+
+
+async def test_created_resources_have_a_location(api: Any, user: Any) -> None:
+    status, body, headers = await api.post(
+        "/v1/profiles", user, json={"platform_id": "loc-" + os_token(), "display_name": "x"}
+    )
+    assert status == 201
+    assert headers["Location"] == f"/v1/profiles/{body['id']}"
+    assert (await api.get(headers["Location"], user))[0] == 200
+
+
+async def test_health_and_openapi_need_no_key(api: Any) -> None:
+    assert (await api.get("/healthz"))[:2] == (200, {"status": "ok"})
+    assert (await api.get("/readyz"))[:2] == (200, {"status": "ready"})
+    status, doc, _ = await api.get("/openapi.json")
+    assert status == 200 and doc["openapi"].startswith("3.1")
+    operation_ids = {
+        op["operationId"] for path in doc["paths"].values() for op in path.values()
+    }
+    assert operation_ids == set(OPERATIONS)
+
+
+async def test_timestamps_are_utc_whole_seconds(api: Any, user: Any) -> None:
+    _, body, _ = await api.post(
+        "/v1/profiles", user, json={"platform_id": "ts-" + os_token(), "display_name": "x"}
+    )
+    for field in ("created_at", "updated_at"):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", body[field]), body[field]
