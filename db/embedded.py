@@ -17,11 +17,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DATA_DIR = "/var/lib/kalends"
+def _default_data_dir() -> Path:
+    # Root's home is off limits (see above); other users keep data in their own.
+    if os.geteuid() == 0:
+        return Path("/var/lib/kalends")
+    return Path(os.environ.get("XDG_DATA_HOME") or "~/.local/share").expanduser() / "kalends"
 
 
 def data_dir() -> Path:
-    path = Path(os.environ.get("KALENDS_DATA_DIR") or DEFAULT_DATA_DIR).expanduser().resolve()
+    configured = os.environ.get("KALENDS_DATA_DIR")
+    path = (Path(configured) if configured else _default_data_dir()).expanduser().resolve()
     if path == Path("/root") or Path("/root") in path.parents:
         raise SystemExit(
             f"KALENDS_DATA_DIR={path} lies under /root; the embedded database changes the "
