@@ -26,8 +26,10 @@ PREFIXES = {
 
 
 def pattern(prefix: str) -> str:
-    """The JSON-Schema/OpenAPI pattern of an ID, case-insensitive as the spec says."""
-    return f"^{prefix}_[0-9a-fA-F]{{32}}$"
+    """The JSON-Schema/OpenAPI pattern of an ID. The spec's pattern is
+    case-insensitive, prefix included; JSON Schema has no flags, so spell it out."""
+    letters = "".join(f"[{c.lower()}{c.upper()}]" for c in prefix)
+    return f"^{letters}_[0-9a-fA-F]{{32}}$"
 
 
 _COMPILED = {p: re.compile(pattern(p)) for p in PREFIXES.values()}
