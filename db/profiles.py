@@ -17,6 +17,13 @@ _COLUMNS = """
     p.default_event_duration_minutes, p.created_at, p.updated_at, p.deleted_at
 """
 
+# The viewer's membership rides along with every row (`viewer` names the parameter holding the viewer's user id).
+_FROM = """
+    FROM profiles p
+    LEFT JOIN organization_members m
+      ON m.organization_id = p.organization_id AND m.user_id = {viewer}
+"""
+
 # Columns a caller may write through create/update.
 WRITABLE = (
     "display_name", "description", "profile_image_url", "header_image_url", "is_private",
@@ -26,10 +33,7 @@ WRITABLE = (
 async def by_ids(db: Database, ids: Sequence[str], viewer_id: str) -> list[asyncpg.Record]:
     return await db.fetch(
         f"""
-        SELECT {_COLUMNS}, m.role AS viewer_role
-        FROM profiles p
-        LEFT JOIN organization_members m
-          ON m.organization_id = p.organization_id AND m.user_id = $2
+        SELECT {_COLUMNS}, m.role AS viewer_role {_FROM.format(viewer="$2")}
         WHERE p.id = ANY($1::text[])
         """,
         list(ids), viewer_id,
@@ -43,10 +47,7 @@ async def administered_page(
     after_ts, after_id = after if after else (None, None)
     return await db.fetch(
         f"""
-        SELECT {_COLUMNS}, m.role AS viewer_role
-        FROM profiles p
-        LEFT JOIN organization_members m
-          ON m.organization_id = p.organization_id AND m.user_id = $1
+        SELECT {_COLUMNS}, m.role AS viewer_role {_FROM.format(viewer="$1")}
         WHERE p.deleted_at IS NULL
           AND (p.owner_user_id = $1 OR m.role IN ('owner', 'admin'))
           AND ($2::timestamptz IS NULL OR (p.created_at, p.id) > ($2, $3))
