@@ -15,7 +15,7 @@ import asyncpg
 from db import accounts, calendars, organizations
 from db.database import Database
 from kalends import ids
-from kalends.auth import new_key
+from kalends.auth import hash_key, new_key
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _CONSUMER = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -152,3 +152,9 @@ async def create_calendar(db: Database, email: str, name: str) -> dict[str, Any]
     cal_id = ids.new_id("cal")
     await calendars.insert(db, cal_id, user["id"], name)
     return {"calendar_id": cal_id}
+
+
+async def revoke_key(db: Database, api_key: str) -> dict[str, Any]:
+    if not await accounts.revoke_key(db, hash_key(api_key)):
+        raise AdminError("no active API key matches")
+    return {"revoked": True}

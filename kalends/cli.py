@@ -136,6 +136,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--email", required=True)
     p.set_defaults(func=_admin(lambda db, a: accounts.create_key(db, a.email)))
 
+    p = asub.add_parser("revoke-key")
+    p.add_argument("--api-key", required=True)
+    p.set_defaults(func=_admin(lambda db, a: accounts.revoke_key(db, a.api_key)))
+
     p = asub.add_parser("create-consumer")
     p.add_argument("--name", required=True)
     p.set_defaults(func=_admin(lambda db, a: accounts.create_consumer(db, a.name)))

@@ -41,9 +41,8 @@ async def test_authentication_failures(live_server: Any, api: Any, user: Any) ->
 
 
 async def test_revoked_key_stops_working(live_server: Any, api: Any, user: Any) -> None:
-    from kalends.auth import hash_key
-
     from db import accounts as store
+    from kalends.auth import hash_key
 
     assert (await api.get("/v1/profiles", user))[0] == 200
     assert live_server.call(store.revoke_key(live_server.db, hash_key(user.api_key)))
