@@ -6,7 +6,7 @@ from typing import Any
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.extensions import ParserCache, ValidationCache
+from strawberry.extensions import MaskErrors, ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 
 from graph.organizations import OrganizationQueries
@@ -32,6 +32,10 @@ class _Schema(strawberry.Schema):
             super().process_errors(unexpected, execution_context)
 
 
+def _is_unexpected(error: GraphQLError) -> bool:
+    return error.original_error is not None and not isinstance(error.original_error, ApiError)
+
+
 # Field names stay snake_case: the same names as the REST and MCP surfaces.
 schema = _Schema(
     query=Query,
@@ -39,7 +43,12 @@ schema = _Schema(
     config=StrawberryConfig(auto_camel_case=False),
     # Documents sent to /graphql by dashboards repeat: parse and validate each once.
     # Factories: the caches live at module level and outlast each request's instance.
-    extensions=[lambda: ParserCache(maxsize=256), lambda: ValidationCache(maxsize=256)],
+    extensions=[
+        lambda: ParserCache(maxsize=256),
+        lambda: ValidationCache(maxsize=256),
+        # Only ApiErrors speak to clients; anything else is a bug, logged, not shown.
+        lambda: MaskErrors(should_mask_error=_is_unexpected),
+    ],
 )
 
 

@@ -22,9 +22,13 @@ PlatformId = Annotated[
 ]
 DisplayName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
 Description = Annotated[str, StringConstraints(max_length=5000)]
+# RFC 3986 characters only: no spaces, controls, quotes or angle brackets.
+_URI_CHARS = r"\-A-Za-z0-9._~%!$&'()*+,;=:@\[\]"
 Url = Annotated[
     str,
-    StringConstraints(max_length=2048, pattern=r"^https?://[^\s/?#]+[^\s]*$"),
+    StringConstraints(
+        max_length=2048, pattern=rf"^https?://[{_URI_CHARS}]+(?:[/?#][{_URI_CHARS}/?#]*)?$"
+    ),
     Field(json_schema_extra={"format": "uri"}),
 ]
 

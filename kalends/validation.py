@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from kalends import ids
@@ -20,6 +27,16 @@ class Body(BaseModel):
     """Base of request bodies: unknown fields are errors, not silently dropped."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @field_validator("*", mode="after", check_fields=False)
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        # PostgreSQL text cannot hold U+0000; refuse it here, for every body,
+        # rather than fail on insert.
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and "\x00" in v for v in values):
+            raise PydanticCustomError("nul_character", "must not contain the NUL character")
+        return value
 
 
 def id_of(prefix: str) -> Any:

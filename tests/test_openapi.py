@@ -1,0 +1,145 @@
+"""The committed openapi.json is the document the code generates, and it is valid.
+
+`openapi.json` at the repository root is what clients and reviewers read; the
+service serves the same document, generated from the operation registry, at
+`GET /openapi.json`. When a change to an operation, a model or the generator
+alters the document, regenerate the file and commit it with the change:
+
+    python -m tests.test_openapi --write      # from the repository root
+
+(`python tests/test_openapi.py --write` does the same.)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "openapi.json"
+REGENERATE = "python -m tests.test_openapi --write"
+HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+def generate() -> dict[str, Any]:
+    """The document as the code generates it now."""
+    import kalends.app  # noqa: F401  (registers every operation and prepares the registry)
+    from rest_bridge import openapi
+
+    return openapi.document()
+
+
+def render(document: dict[str, Any]) -> str:
+    """The committed form: two-space indents, sorted keys, UTF-8, a trailing newline."""
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write() -> Path:
+    COMMITTED.write_text(render(generate()), encoding="utf-8")
+    return COMMITTED
+
+
+def _operations(document: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method in HTTP_METHODS:
+                yield method, path, operation
+
+
+@pytest.fixture(scope="module")
+def document() -> dict[str, Any]:
+    return generate()
+
+
+def test_committed_document_is_current(document: dict[str, Any]) -> None:
+    expected = render(document)
+    if not COMMITTED.exists():
+        pytest.fail(f"{COMMITTED.name} is missing. Generate it with `{REGENERATE}` and commit it.")
+    actual = COMMITTED.read_text(encoding="utf-8")
+    if actual != expected:
+        diff = list(difflib.unified_diff(
+            actual.splitlines(), expected.splitlines(),
+            f"{COMMITTED.name} (committed)", f"{COMMITTED.name} (generated)", lineterm="", n=2,
+        ))
+        shown = "\n".join(diff[:60]) + ("\n..." if len(diff) > 60 else "")
+        pytest.fail(
+            f"{COMMITTED.name} differs from the document the code generates.\n"
+            f"Regenerate it from the repository root with `{REGENERATE}`, review the diff "
+            f"and commit it.\n\n{shown}",
+            pytrace=False,
+        )
+
+
+def test_every_operation_appears_exactly_once(document: dict[str, Any]) -> None:
+    from kalends.registry import OPERATIONS
+
+    ids = [op.get("operationId") for _, _, op in _operations(document)]
+    assert all(isinstance(i, str) and i for i in ids), "an operation has no operationId"
+    counts = Counter(str(i) for i in ids)
+    repeated = {name: n for name, n in counts.items() if n > 1}
+    assert not repeated, f"operationIds used more than once: {repeated}"
+    missing = sorted(set(OPERATIONS) - set(counts))
+    assert not missing, f"registered operations missing from the document: {missing}"
+    unknown = sorted(set(counts) - set(OPERATIONS))
+    assert not unknown, f"operations in the document but not in the registry: {unknown}"
+    for name, op in OPERATIONS.items():
+        documented = document["paths"][op.path][op.method.lower()]
+        assert documented["operationId"] == name, (op.method, op.path, documented["operationId"])
+
+
+def test_document_is_valid_openapi_3_1(document: dict[str, Any]) -> None:
+    """Validated against the OpenAPI 3.1 schema by schemathesis's loader (openapi-spec-validator
+    is not a dependency), and every operation must load into a usable test definition."""
+    import schemathesis
+    from schemathesis.core.result import Ok
+
+    assert document["openapi"].startswith("3.1.")
+    schema = schemathesis.openapi.from_dict(document)
+    schema.validate()  # raises on a document that breaks the OpenAPI 3.1 schema
+    results = list(schema.get_all_operations())
+    errors = [str(result.err()) for result in results if not isinstance(result, Ok)]
+    assert not errors, errors
+    assert len(results) == sum(1 for _ in _operations(document))
+
+
+def test_schemas_are_valid_json_schema_2020_12(document: dict[str, Any]) -> None:
+    """OpenAPI 3.1's schema objects are JSON Schema 2020-12; each must be a valid one."""
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator
+    schemas = [(f"components.schemas.{name}", schema)
+               for name, schema in document["components"]["schemas"].items()]
+    for method, path, op in _operations(document):
+        where = f"{method.upper()} {path}"
+        schemas += [(f"{where} parameter {p['name']}", p["schema"])
+                    for p in op.get("parameters", [])]
+        schemas += [(f"{where} response {status}", media["schema"])
+                    for status, response in op["responses"].items()
+                    for media in response.get("content", {}).values()]
+    for where, schema in schemas:
+        try:
+            validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            pytest.fail(f"{where}: {exc.message}")
+
+
+def test_served_document_is_the_generated_one(live_server: Any,
+                                              document: dict[str, Any]) -> None:
+    with urllib.request.urlopen(f"{live_server.url}/openapi.json", timeout=30) as response:
+        assert response.status == 200
+        assert response.headers.get_content_type() == "application/json"
+        served = json.loads(response.read())
+    assert served == document
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit(f"usage: {REGENERATE}")
+    print(f"wrote {write()}")
