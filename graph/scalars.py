@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import NewType
+from typing import Any, NewType
 
 import strawberry
 
@@ -16,10 +16,14 @@ def _parse_timestamp(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-Timestamp = strawberry.scalar(
-    NewType("Timestamp", datetime),
-    name="Timestamp",
-    description="An instant, RFC 3339 in UTC with `Z` and whole seconds.",
-    serialize=format_timestamp,
-    parse_value=_parse_timestamp,
-)
+Timestamp = NewType("Timestamp", datetime)
+
+# Registered through StrawberryConfig.scalar_map in graph/schema.py.
+SCALARS: dict[object, Any] = {
+    Timestamp: strawberry.scalar(
+        name="Timestamp",
+        description="An instant, RFC 3339 in UTC with `Z` and whole seconds.",
+        serialize=format_timestamp,
+        parse_value=_parse_timestamp,
+    ),
+}

@@ -11,6 +11,7 @@ from strawberry.schema.config import StrawberryConfig
 
 from graph.organizations import OrganizationQueries
 from graph.profiles import ProfileMutations, ProfileQueries
+from graph.scalars import SCALARS
 from kalends.errors import ApiError
 
 
@@ -40,7 +41,7 @@ def _is_unexpected(error: GraphQLError) -> bool:
 schema = _Schema(
     query=Query,
     mutation=Mutation,
-    config=StrawberryConfig(auto_camel_case=False),
+    config=StrawberryConfig(auto_camel_case=False, scalar_map=SCALARS),
     # Documents sent to /graphql by dashboards repeat: parse and validate each once.
     # Factories: the caches live at module level and outlast each request's instance.
     extensions=[

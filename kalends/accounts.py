@@ -18,6 +18,7 @@ from kalends import ids
 from kalends.auth import hash_key, new_key
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_HANDLE = re.compile(r"^[A-Za-z0-9_.-]{3,64}$")
 _CONSUMER = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 ROLES = ("owner", "admin", "member")
 
@@ -118,6 +119,8 @@ async def create_organization(
 ) -> dict[str, Any]:
     if not name.strip():
         raise AdminError("an organization needs a name")
+    if handle is not None and not _HANDLE.match(handle):
+        raise AdminError("a handle is 3 to 64 letters, digits, '_', '.' or '-'")
     owner = await _user(db, owner_email)
     org_id = ids.new_id("org")
     try:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -65,14 +66,27 @@ def _supervise(args: argparse.Namespace, dsn: str) -> int:
     command = [sys.executable, "-m", "kalends", "serve", "--host", args.host,
                "--port", str(args.port), "--child"]
     children = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
+    stopping = False
 
-    def forward(signum: int, _frame: Any) -> None:
+    def stop_all(signum: int, _frame: Any = None) -> None:
+        nonlocal stopping
+        stopping = True
         for child in children:
-            child.send_signal(signum)
+            if child.poll() is None:
+                child.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    return max(child.wait() for child in children)
+    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGINT, stop_all)
+    # A worker that dies on its own takes the others down, and the exit status
+    # tells whoever runs the supervisor (systemd, a container) to restart it.
+    worker_died = False
+    while any(child.poll() is None for child in children):
+        if not stopping and any(child.poll() is not None for child in children):
+            worker_died = True
+            stop_all(signal.SIGTERM)
+        time.sleep(0.2)
+    clean = all(child.returncode == 0 for child in children)
+    return 0 if clean and not worker_died else 1
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -172,8 +186,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command != "serve":
-        _exit_on_sigterm()
+    # From the first instant: `serve` replaces this once aiohttp runs, but a
+    # SIGTERM while migrating must still stop the embedded database.
+    _exit_on_sigterm()
     code: int = args.func(args)
     return code
 

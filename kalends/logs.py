@@ -33,5 +33,7 @@ def configure(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Library warnings become log records too: stderr stays one JSON object per line.
+    logging.captureWarnings(True)
     # aiohttp's own access log would duplicate ours.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

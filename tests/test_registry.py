@@ -24,7 +24,7 @@ def _op(document: str, name: str = "brokenOp") -> Operation:
 
 
 def test_every_operation_of_the_foundation_is_registered() -> None:
-    assert ISSUE_2_OPERATIONS <= set(OPERATIONS)
+    assert set(OPERATIONS) >= ISSUE_2_OPERATIONS
     routes = [(op.method, op.path) for op in OPERATIONS.values()]
     assert len(routes) == len(set(routes))
 

@@ -1,0 +1,23 @@
+"""MCP over Streamable HTTP: the registry's operations as tools (contract §8).
+
+POST /mcp-developer authenticates with an API key; POST /mcp is the OAuth
+route and answers 401 until OAuth exists. Both speak the stateless
+2026-07-28 protocol and the handshake versions 2025-11-25, 2025-06-18 and
+2025-03-26, and list the same tools.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from kalends import registry
+from mcp_bridge import origins, routes
+from mcp_bridge.tools import build_catalogue
+
+
+def setup(app: web.Application) -> None:
+    app[routes.CATALOGUE] = build_catalogue(registry.OPERATIONS)
+    app[routes.ALLOWED_ORIGINS] = origins.configured()
+    # "*" so that GET and DELETE reach the handler and get the transport's 405.
+    app.router.add_route("*", "/mcp", routes.oauth)
+    app.router.add_route("*", "/mcp-developer", routes.developer)

@@ -1,0 +1,102 @@
+"""The two Streamable HTTP endpoints: POST in, one JSON response out.
+
+Answers are always `application/json`, never SSE: no method here streams.
+HTTP-level refusals (401, 403 consumer_not_claimed, 405, 413, 415) carry the
+API's error envelope like every other route; the Origin refusal and anything
+that reached JSON-RPC are answered in JSON-RPC.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from yarl import URL
+
+from kalends import registry
+from kalends.auth import Viewer, authenticate_key
+from kalends.errors import ApiError
+from kalends.services import OPERATION, REQUEST_ID, SERVICES
+from mcp_bridge import jsonrpc, methods, origins, protocol
+from mcp_bridge.jsonrpc import RpcError
+from mcp_bridge.tools import Catalogue
+from rest_bridge.responses import error_response, json_response
+
+CATALOGUE = web.AppKey("mcp_catalogue", Catalogue)
+ALLOWED_ORIGINS = web.AppKey("mcp_allowed_origins", frozenset)
+
+# The statuses the 2026-07-28 transport gives protocol errors; handshake-era
+# clients get JSON-RPC errors with 200, as those transports sent them.
+_MODERN_STATUS = {
+    jsonrpc.INVALID_PARAMS: 400,
+    protocol.HEADER_MISMATCH: 400,
+    protocol.UNSUPPORTED_PROTOCOL_VERSION: 400,
+    jsonrpc.METHOD_NOT_FOUND: 404,
+}
+
+
+async def developer(request: web.Request) -> web.StreamResponse:
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
+    # An ApiError (401, or 403 consumer_not_claimed) is rendered by the app's middleware.
+    viewer = await authenticate_key(request.app[SERVICES].db, request.headers.get("Authorization"))
+    return await _serve(request, viewer)
+
+
+async def oauth(request: web.Request) -> web.StreamResponse:
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
+    response = error_response(
+        ApiError(
+            "not_authenticated",
+            "POST /mcp takes OAuth access tokens, which this deployment does not issue yet; "
+            "use POST /mcp-developer with an API key.",
+        ),
+        request[REQUEST_ID],
+    )
+    # authorization.mdx: the 401 names the Protected Resource Metadata document,
+    # at its RFC 9728 path-suffixed well-known URI.
+    well_known = URL("/.well-known/oauth-protected-resource" + request.path)
+    document = request.url.origin().join(well_known)
+    response.headers["WWW-Authenticate"] = f'Bearer realm="kalends", resource_metadata="{document}"'
+    return response
+
+
+def _refusal(request: web.Request) -> web.Response | None:
+    if not origins.allowed(request.headers.get("Origin"), request.app[ALLOWED_ORIGINS]):
+        # streamable-http.mdx "Security": 403, optionally a JSON-RPC error without id.
+        forbidden = RpcError(jsonrpc.INVALID_REQUEST, "Forbidden: this Origin may not call MCP.")
+        return json_response(jsonrpc.error(None, forbidden), 403)
+    if request.method != "POST":
+        # No GET stream and no sessions to DELETE (streamable-http.mdx, earlier revisions).
+        refused = ApiError("method_not_allowed", f"{request.path} accepts only POST.")
+        response = error_response(refused, request[REQUEST_ID])
+        response.headers["Allow"] = "POST"
+        return response
+    return None
+
+
+async def _serve(request: web.Request, viewer: Viewer) -> web.Response:
+    if request.content_type != "application/json":
+        raise ApiError("unsupported_media_type", "Send the JSON-RPC message as application/json.")
+    body = await request.read()  # past client_max_size: 413 payload_too_large, from the middleware
+    try:
+        message = jsonrpc.parse(body)
+    except RpcError as exc:
+        return json_response(jsonrpc.error(None, exc), 400)
+    if message.id is None:
+        # Nothing a client notifies changes what this stateless server does.
+        return web.Response(status=202)
+    tool = message.params.get("name")
+    if message.method == "tools/call" and isinstance(tool, str) and tool in registry.OPERATIONS:
+        request[OPERATION] = tool  # names the operation in the access log, as REST does
+    modern = protocol.is_modern(request.headers, message)
+    ctx = methods.Context(request.app, viewer, request[REQUEST_ID], request.app[CATALOGUE])
+    try:
+        if modern:
+            protocol.check_modern(request.headers, message)
+        result = await methods.dispatch(ctx, message, modern=modern)
+    except RpcError as exc:
+        status = _MODERN_STATUS.get(exc.code, 200) if modern else 200
+        return json_response(jsonrpc.error(message.id, exc), status)
+    return json_response(jsonrpc.result(message.id, result))

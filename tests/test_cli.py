@@ -1,0 +1,364 @@
+"""`kalends admin` (contract §7) as operators run it: a real process, one JSON object on stdout.
+
+Every command runs as `python -m kalends admin ...` against the session's test
+database (`DATABASE_URL`), and its effect is checked through the live service
+with the key it printed, or in the database. Bad input must exit non-zero,
+print no JSON object on stdout and leave every account table as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import orjson
+import pytest
+from conftest import User, assert_error
+
+ROOT = Path(__file__).resolve().parents[1]
+ID = re.compile(r"^(?P<prefix>[a-z]+)_[0-9a-f]{32}$")
+CLI_TIMEOUT = 60
+
+# The tables `kalends admin` writes; a failed command must leave all of them untouched.
+ACCOUNT_TABLES = (
+    "users", "consumers", "api_keys", "organizations", "organization_members", "calendars",
+)
+
+
+def _env(database_url: str) -> dict[str, str]:
+    return {**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
+
+
+def _command(args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "kalends", "admin", *args]
+
+
+def run_admin(database_url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    # cwd=ROOT: the repository's own packages, as `python -m kalends` finds them there.
+    return subprocess.run(
+        _command(args), env=_env(database_url), cwd=ROOT, capture_output=True,
+        timeout=CLI_TIMEOUT, check=False,
+    )
+
+
+def run_many(database_url: str, commands: Sequence[Sequence[str]]
+             ) -> list[subprocess.CompletedProcess[bytes]]:
+    """Independent commands, run side by side to keep the file fast."""
+    procs = [
+        subprocess.Popen(_command(args), env=_env(database_url), cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for args in commands
+    ]
+    results = []
+    try:
+        for args, proc in zip(commands, procs, strict=True):
+            out, err = proc.communicate(timeout=CLI_TIMEOUT)
+            results.append(subprocess.CompletedProcess(list(args), proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    return results
+
+
+def one_object(proc: subprocess.CompletedProcess[bytes], keys: set[str]) -> dict[str, Any]:
+    """Exit 0 and exactly one JSON object on stdout, with exactly `keys`."""
+    assert proc.returncode == 0, (proc.args, proc.returncode, proc.stderr.decode())
+    lines = [line for line in proc.stdout.decode().splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stdout
+    obj = orjson.loads(lines[0])
+    assert isinstance(obj, dict), obj
+    assert set(obj) == keys, obj
+    return obj
+
+
+def no_object(proc: subprocess.CompletedProcess[bytes]) -> None:
+    """Non-zero exit, nothing like a JSON object on stdout, and a reason (not a crash) on stderr."""
+    assert proc.returncode != 0, (proc.args, proc.stdout)
+    assert b"{" not in proc.stdout, (proc.args, proc.stdout)
+    assert proc.stderr.strip(), proc.args
+    assert b"Traceback" not in proc.stderr, (proc.args, proc.stderr.decode())
+
+
+def is_id(value: Any, prefix: str) -> bool:
+    match = ID.match(value) if isinstance(value, str) else None
+    return match is not None and match["prefix"] == prefix
+
+
+def email(tag: str = "cli") -> str:
+    return f"{tag}-{secrets.token_hex(6)}@example.com"
+
+
+def as_user(created: dict[str, Any], api_key: str | None = None) -> User:
+    return User(created["email"], api_key or created["api_key"], created["organization_id"],
+                created["calendar_id"], created["consumer"])
+
+
+async def snapshot(database_url: str) -> dict[str, tuple[int, str | None]]:
+    """Row count and a digest of every row, per account table."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        result = {}
+        for table in ACCOUNT_TABLES:
+            row = await conn.fetchrow(
+                f"SELECT count(*) AS n, md5(string_agg(t::text, '|' ORDER BY t::text)) AS digest"
+                f" FROM {table} t"
+            )
+            result[table] = (row["n"], row["digest"])
+        return result
+    finally:
+        await conn.close()
+
+
+async def organizations_of(api: Any, user: User) -> dict[str, dict[str, Any]]:
+    status, body, _ = await api.get("/v1/organizations", user)
+    assert status == 200, body
+    assert body["has_more"] is False and body["next_cursor"] is None, body
+    return {org["id"]: org for org in body["data"]}
+
+
+CREATE_USER_KEYS = {"email", "display_name", "organization_id", "calendar_id", "consumer", "api_key"}
+KEY_KEYS = {"consumer", "api_key"}
+
+
+@pytest.fixture(scope="module")
+def cli_user(database_url: str) -> dict[str, Any]:
+    """A user made by `kalends admin create-user`, with every option given (made once)."""
+    address = email("alice")
+    created = one_object(
+        run_admin(database_url, "create-user", "--email", address, "--name", "Alice Admin",
+                  "--timezone", "Europe/Berlin"),
+        CREATE_USER_KEYS,
+    )
+    return created
+
+
+async def test_create_user_makes_default_organization_and_calendar(
+    database_url: str, live_server: Any, api: Any, cli_user: dict[str, Any]
+) -> None:
+    created = cli_user
+    assert created["display_name"] == "Alice Admin"
+    assert is_id(created["organization_id"], "org"), created
+    assert is_id(created["calendar_id"], "cal"), created
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,128}", created["consumer"]), created
+    assert isinstance(created["api_key"], str) and len(created["api_key"]) >= 32
+
+    user = as_user(created)
+    orgs = await organizations_of(api, user)
+    assert [o["id"] for o in orgs.values() if o["is_default"]] == [created["organization_id"]]
+    default = orgs[created["organization_id"]]
+    assert default["is_default"] is True and default["role"] == "owner", default
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT u.email, u.display_name, u.timezone, c.is_default"
+            " FROM calendars c JOIN users u ON u.id = c.user_id WHERE c.id = $1",
+            created["calendar_id"],
+        )
+        calendars = await conn.fetchval(
+            "SELECT count(*) FROM calendars c JOIN users u ON u.id = c.user_id"
+            " WHERE u.email = $1 AND c.is_default", created["email"],
+        )
+        keys = await conn.fetchval(
+            "SELECT count(*) FROM api_keys WHERE consumer_name = $1", created["consumer"]
+        )
+        plaintext = await conn.fetchval(
+            "SELECT count(*) FROM api_keys t WHERE strpos(t::text, $1) > 0"
+            " OR strpos(encode(t.key_hash, 'escape'), $1) > 0", created["api_key"],
+        )
+    finally:
+        await conn.close()
+    assert row is not None, "the default calendar is missing"
+    assert (row["email"], row["display_name"], row["timezone"], row["is_default"]) == (
+        created["email"], "Alice Admin", "Europe/Berlin", True)
+    assert calendars == 1
+    # Shown once, stored only as a hash (contract §6).
+    assert keys >= 1 and plaintext == 0
+
+
+async def test_create_user_without_options(database_url: str, api: Any) -> None:
+    created = one_object(
+        run_admin(database_url, "create-user", "--email", email("plain")), CREATE_USER_KEYS
+    )
+    assert created["display_name"] is None
+    orgs = await organizations_of(api, as_user(created))
+    assert [(o["id"], o["is_default"], o["role"]) for o in orgs.values()] == [
+        (created["organization_id"], True, "owner")]
+
+
+async def test_create_key_gives_a_second_working_key(
+    database_url: str, api: Any, cli_user: dict[str, Any]
+) -> None:
+    made = one_object(run_admin(database_url, "create-key", "--email", cli_user["email"]), KEY_KEYS)
+    assert made["consumer"] == cli_user["consumer"]
+    assert made["api_key"] != cli_user["api_key"]
+    first, second = as_user(cli_user), as_user(cli_user, made["api_key"])
+    assert await organizations_of(api, second) == await organizations_of(api, first)
+    status, body, _ = await api.get("/v1/profiles", second)
+    assert status == 200, body
+
+
+async def test_consumer_is_unusable_until_claimed(
+    database_url: str, api: Any, cli_user: dict[str, Any]
+) -> None:
+    name = "svc_" + secrets.token_hex(5)
+    made = one_object(run_admin(database_url, "create-consumer", "--name", name), KEY_KEYS)
+    assert made["consumer"] == name
+    auth = {"Authorization": "Bearer " + made["api_key"]}
+
+    status, body, _ = await api.get("/v1/profiles", headers=auth)
+    error = assert_error(status, body, 403, "consumer_not_claimed")
+    assert error["type"] == "permission_error"
+
+    claimed = one_object(
+        run_admin(database_url, "claim-consumer", "--name", name, "--email", cli_user["email"]),
+        {"consumer", "email"},
+    )
+    assert claimed == {"consumer": name, "email": cli_user["email"]}
+    status, body, _ = await api.get("/v1/profiles", headers=auth)
+    assert status == 200, body
+    status, body, _ = await api.get("/v1/organizations", headers=auth)
+    assert status == 200, body
+    assert [o["id"] for o in body["data"] if o["is_default"]] == [cli_user["organization_id"]]
+
+
+async def test_organization_and_members_with_each_role(
+    database_url: str, live_server: Any, api: Any, cli_user: dict[str, Any]
+) -> None:
+    handle = "club-" + secrets.token_hex(4)
+    made = one_object(
+        run_admin(database_url, "create-organization", "--name", "Jazz Club",
+                  "--owner", cli_user["email"], "--handle", handle),
+        {"organization_id"},
+    )
+    org_id = made["organization_id"]
+    assert is_id(org_id, "org"), made
+
+    owner_view = (await organizations_of(api, as_user(cli_user)))[org_id]
+    assert owner_view == {"id": org_id, "name": "Jazz Club", "handle": handle, "role": "owner",
+                          "is_default": False}
+
+    members = {role: live_server.create_user() for role in ("owner", "admin", "member")}
+    # One ID given in upper case: IDs are matched case-insensitively (contract §1).
+    given = {"owner": org_id, "admin": org_id, "member": org_id.upper()}
+    results = run_many(database_url, [
+        ("add-member", "--organization", given[role], "--email", member.email, "--role", role)
+        for role, member in members.items()
+    ])
+    for (role, member), proc in zip(members.items(), results, strict=True):
+        out = one_object(proc, {"organization_id", "email", "role"})
+        assert out == {"organization_id": org_id, "email": member.email, "role": role}
+        orgs = await organizations_of(api, member)
+        assert orgs[org_id]["role"] == role, orgs
+        assert orgs[org_id]["is_default"] is False
+        assert orgs[member.organization_id]["is_default"] is True  # their own stays default
+        assert sum(o["is_default"] for o in orgs.values()) == 1
+
+    # add-member again changes the role.
+    member = members["member"]
+    out = one_object(
+        run_admin(database_url, "add-member", "--organization", org_id, "--email", member.email,
+                  "--role", "admin"),
+        {"organization_id", "email", "role"},
+    )
+    assert out["role"] == "admin"
+    assert (await organizations_of(api, member))[org_id]["role"] == "admin"
+
+
+async def test_create_calendar(database_url: str, cli_user: dict[str, Any]) -> None:
+    made = one_object(
+        run_admin(database_url, "create-calendar", "--email", cli_user["email"], "--name", "Work"),
+        {"calendar_id"},
+    )
+    assert is_id(made["calendar_id"], "cal"), made
+    assert made["calendar_id"] != cli_user["calendar_id"]
+    conn = await asyncpg.connect(database_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT u.email, c.name, c.is_default FROM calendars c JOIN users u ON u.id = c.user_id"
+            " WHERE c.id = $1", made["calendar_id"],
+        )
+        defaults = await conn.fetchval(
+            "SELECT count(*) FROM calendars c JOIN users u ON u.id = c.user_id"
+            " WHERE u.email = $1 AND c.is_default", cli_user["email"],
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    assert (row["email"], row["name"], row["is_default"]) == (cli_user["email"], "Work", False)
+    assert defaults == 1  # still exactly one default calendar
+
+
+async def test_bad_input_exits_non_zero_and_changes_nothing(
+    database_url: str, live_server: Any, api: Any, cli_user: dict[str, Any]
+) -> None:
+    other = live_server.create_user()
+    taken = "taken_" + secrets.token_hex(4)
+    live_server.admin(_claimed_consumer, taken, other.email)
+    handle = "taken-" + secrets.token_hex(4)
+    org = one_object(
+        run_admin(database_url, "create-organization", "--name", "Taken", "--owner", other.email,
+                  "--handle", handle),
+        {"organization_id"},
+    )["organization_id"]
+    unknown = email("nobody")
+    me = cli_user["email"]
+
+    cases: list[tuple[str, ...]] = [
+        # The same address again, in another case: emails are case-insensitive.
+        ("create-user", "--email", me),
+        ("create-user", "--email", me.upper(), "--name", "Impostor"),
+        ("create-user", "--email", email("tz"), "--timezone", "Mars/Olympus_Mons"),
+        ("create-user", "--email", "not-an-email"),
+        ("create-key", "--email", unknown),
+        ("create-consumer", "--name", "has spaces"),
+        ("create-consumer", "--name", taken),
+        ("claim-consumer", "--name", "missing_" + secrets.token_hex(4), "--email", me),
+        ("claim-consumer", "--name", taken, "--email", me),  # another user's consumer
+        ("claim-consumer", "--name", taken, "--email", unknown),
+        ("create-organization", "--name", "Orphan", "--owner", unknown),
+        ("create-organization", "--name", "Copycat", "--owner", me, "--handle", handle),
+        ("add-member", "--organization", org, "--email", me, "--role", "superuser"),
+        ("add-member", "--organization", org, "--email", unknown, "--role", "member"),
+        ("add-member", "--organization", "org_" + "0" * 32, "--email", me, "--role", "member"),
+        ("add-member", "--organization", "not-an-org", "--email", me, "--role", "member"),
+        # A user stays the owner of their own default organization.
+        ("add-member", "--organization", cli_user["organization_id"], "--email", me,
+         "--role", "member"),
+        ("create-calendar", "--email", unknown, "--name", "Ghost"),
+        ("create-calendar", "--email", me, "--name", "   "),
+    ]
+    before = await snapshot(database_url)
+    results = run_many(database_url, cases)
+    after = await snapshot(database_url)
+
+    for proc in results:
+        no_object(proc)
+    assert after == before
+
+    # The duplicate create-user left exactly one user, and only the first key works for it.
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM users WHERE email = $1", me) == 1
+    finally:
+        await conn.close()
+    orgs = await organizations_of(api, as_user(cli_user))
+    assert [o["id"] for o in orgs.values() if o["is_default"]] == [cli_user["organization_id"]]
+    assert orgs[cli_user["organization_id"]]["role"] == "owner"
+    assert org not in orgs  # no membership was added by the failed calls
+
+
+async def _claimed_consumer(db: Any, name: str, owner_email: str) -> dict[str, Any]:
+    from kalends import accounts
+
+    await accounts.create_consumer(db, name)
+    return await accounts.claim_consumer(db, name, owner_email)
