@@ -28,14 +28,19 @@ def _client(live_server: Any, key: str | None) -> Client:
     return Client(transport=transport, fetch_schema_from_transport=False)
 
 
+def _request(document: str, variables: dict[str, Any]) -> Any:
+    request = gql(document)
+    request.variable_values = variables
+    return request
+
+
 async def test_query_and_mutation_round_trip(live_server: Any, user: Any) -> None:
     async with _client(live_server, user.api_key) as session:
         created = await session.execute(
-            gql("""mutation($input: ProfileCreateInput!) {
+            _request("""mutation($input: ProfileCreateInput!) {
                 create_profile(input: $input) { id platform_id is_private organization_id }
-            }"""),
-            variable_values={"input": {"platform_id": f"gql-{user.consumer}",
-                                       "display_name": "Via GraphQL"}},
+            }""", {"input": {"platform_id": f"gql-{user.consumer}",
+                                       "display_name": "Via GraphQL"}}),
         )
         profile = created["create_profile"]
         assert profile["id"].startswith("prf_")
@@ -43,11 +48,10 @@ async def test_query_and_mutation_round_trip(live_server: Any, user: Any) -> Non
         assert profile["is_private"] is False
 
         result = await session.execute(
-            gql("""query($id: ID!) {
+            _request("""query($id: ID!) {
                 profile(profile_id: $id) { id display_name created_at }
                 organizations { data { id role is_default } has_more next_cursor }
-            }"""),
-            variable_values={"id": profile["id"]},
+            }""", {"id": profile["id"]}),
         )
     assert result["profile"]["display_name"] == "Via GraphQL"
     assert result["profile"]["created_at"].endswith("Z")
@@ -61,8 +65,7 @@ async def test_errors_carry_the_contract_code(live_server: Any, user: Any) -> No
     async with _client(live_server, user.api_key) as session:
         with pytest.raises(TransportQueryError) as info:
             await session.execute(
-                gql("query($id: ID!) { profile(profile_id: $id) { id } }"),
-                variable_values={"id": "prf_" + "0" * 32},
+                _request("query($id: ID!) { profile(profile_id: $id) { id } }", {"id": "prf_" + "0" * 32}),
             )
     error = info.value.errors[0]  # type: ignore[index]
     assert error["extensions"] == {
@@ -74,9 +77,8 @@ async def test_mutation_input_follows_the_same_rules_as_rest(live_server: Any, u
     async with _client(live_server, user.api_key) as session:
         with pytest.raises(TransportQueryError) as info:
             await session.execute(
-                gql("""mutation($input: ProfileCreateInput!) {
-                    create_profile(input: $input) { id } }"""),
-                variable_values={"input": {"platform_id": "no", "display_name": "x"}},
+                _request("""mutation($input: ProfileCreateInput!) {
+                    create_profile(input: $input) { id } }""", {"input": {"platform_id": "no", "display_name": "x"}}),
             )
     error = info.value.errors[0]  # type: ignore[index]
     assert error["extensions"]["code"] == "invalid_field"
