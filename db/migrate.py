@@ -15,7 +15,7 @@ _LOCK_KEY = 0x6B616C656E6473
 
 
 def _migrations() -> list[tuple[str, str]]:
-    folder = resources.files("db") / "migrations"
+    folder = resources.files("db.migrations")
     files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), f.read_text()) for f in files]
 
