@@ -94,8 +94,10 @@ async def _unavailable_on_connection_loss() -> AsyncIterator[None]:
     try:
         yield
     except (
-        OSError,
-        asyncpg.exceptions.ConnectionDoesNotExistError,
+        OSError,  # includes timeouts and a vanished socket
+        asyncpg.exceptions.PostgresConnectionError,  # SQLSTATE class 08
+        asyncpg.exceptions.AdminShutdownError,
+        asyncpg.exceptions.CrashShutdownError,
         asyncpg.exceptions.CannotConnectNowError,
         asyncpg.exceptions.TooManyConnectionsError,
     ) as exc:
