@@ -43,13 +43,32 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
+_stop_requested = False
+
+
+def _defer_stop_signals() -> None:
+    """While `serve` starts, remember a SIGTERM/SIGINT instead of raising in the
+    middle of library code (file locks, pg_ctl, asyncio teardown); it is acted
+    on at the next safe point."""
+
+    def request_stop(_signum: int, _frame: Any) -> None:
+        global _stop_requested
+        _stop_requested = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
+    _defer_stop_signals()
     logs.configure()
     with _database() as dsn:
         if not args.child:
             asyncio.run(migrate(dsn))
+        if _stop_requested:
+            return 0
         if args.workers > 1:
             return _supervise(args, dsn)
         from kalends.app import create_app
@@ -57,14 +76,21 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(dsn)
         url = f"http://{args.host}:{args.port}"
 
-        async def announce(_app: web.Application) -> None:
+        async def start(_app: web.Application) -> None:
+            # run_app has installed its own handlers by now; a stop requested
+            # before that is honoured here, before the port opens.
+            if _stop_requested:
+                raise web.GracefulExit
             logging.getLogger("kalends").info("serving", extra={"url": url, "pid": os.getpid()})
 
-        app.on_startup.append(announce)
+        app.on_startup.append(start)
         web.run_app(
             app, host=args.host, port=args.port, access_log=None,
             reuse_port=args.child or None, shutdown_timeout=30, print=None,
         )
+        # run_app restored the default handlers; a second SIGTERM must not cut
+        # short the database's shutdown below.
+        _defer_stop_signals()
     return 0
 
 
@@ -85,6 +111,8 @@ def _supervise(args: argparse.Namespace, dsn: str) -> int:
 
     signal.signal(signal.SIGTERM, stop_all)
     signal.signal(signal.SIGINT, stop_all)
+    if _stop_requested:
+        stop_all(signal.SIGTERM)
     # A worker that dies on its own takes the others down, and the exit status
     # tells whoever runs the supervisor (systemd, a container) to restart it.
     worker_died = False
@@ -194,9 +222,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # From the first instant: `serve` replaces this once aiohttp runs, but a
-    # SIGTERM while migrating must still stop the embedded database.
-    _exit_on_sigterm()
+    if args.command != "serve":  # serve defers stop signals instead
+        _exit_on_sigterm()
     code: int = args.func(args)
     return code
 
