@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 # code -> (type, HTTP status). Contract §3: status follows the type, with the
 # listed exceptions spelled out here so no transport decides it.
 _CODES: dict[str, tuple[str, int]] = {
@@ -101,14 +103,22 @@ def _clean_details(details: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in details.items():
         if key in _DETAIL_STRINGS and value is not None:
-            out[key] = value if isinstance(value, str) else _short_repr(value)
+            out[key] = show_value(value)
         elif key in _DETAIL_ARRAYS and value is not None:
             out[key] = [str(v) for v in value]
     return out
 
 
-def _short_repr(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
+def show_value(value: Any) -> str:
+    """A client's value as `details.value` shows it: a string as sent, anything
+    else as JSON; long ones cut, since the client already has them."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = orjson.dumps(value).decode()
+        except TypeError:
+            text = repr(value)
     return text if len(text) <= 200 else text[:197] + "..."
 
 

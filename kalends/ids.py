@@ -50,7 +50,7 @@ def parse(prefix: str, value: object, *, param: str) -> str:
             "invalid_id",
             f"`{param}` must be an ID of the form {prefix}_ followed by 32 hex digits.",
             param=param,
-            details={"value": value if isinstance(value, str) else repr(value)},
+            details={"value": value},
         )
     assert isinstance(value, str)
     return value.lower()

@@ -10,24 +10,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from kalends.errors import ApiError
 
-T = TypeVar("T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAC_BYTES = 16
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
-
-
-@dataclass(frozen=True)
-class Page(Generic[T]):
-    items: list[T]
-    has_more: bool
-    next_cursor: str | None
 
 
 class Cursors:
@@ -56,7 +47,7 @@ class Cursors:
             ) from exc
 
     def page(
-        self, list_key: str, rows: list[Any], limit: int, key: Any = None
+        self, list_key: str, rows: list[Any], limit: int
     ) -> tuple[list[Any], bool, str | None]:
         """Cut a `limit + 1` fetch into a page; the cursor points after its last row."""
         has_more = len(rows) > limit

@@ -35,7 +35,7 @@ from graphql import (
     parse,
     validate,
 )
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from kalends.errors import ApiError
 from kalends.validation import Location
@@ -151,8 +151,6 @@ def _params_model(name: str, params: list[Param]) -> type[BaseModel]:
 
 
 def _field(p: Param) -> Any:
-    from pydantic import Field
-
     if p.default is ...:
         return Field(description=p.description)
     return Field(default=p.default, description=p.description)

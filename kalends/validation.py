@@ -72,7 +72,7 @@ def _to_api_error(errors: list[Any], location: Location) -> ApiError:
     param = ".".join(str(p) for p in err["loc"]) or None
     kind = err["type"]
     value = err.get("input")
-    details = None if kind in ("missing", "extra_forbidden") else {"value": _show(value)}
+    details = None if kind in ("missing", "extra_forbidden") else {"value": value}
     if kind == "invalid_id":
         return ApiError("invalid_id", f"`{param}` {err['msg']}.", param=param, details=details)
     if location != "body":
@@ -93,15 +93,3 @@ def _query_message(kind: str, param: str | None, msg: str) -> str:
     if kind == "missing":
         return f"Query parameter `{param}` is required."
     return f"Query parameter `{param}`: {msg}."
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return value if len(value) <= 200 else value[:197] + "..."
-    import orjson
-
-    try:
-        text = orjson.dumps(value).decode()
-    except TypeError:
-        text = repr(value)
-    return text if len(text) <= 200 else text[:197] + "..."
