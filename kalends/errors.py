@@ -103,13 +103,13 @@ def _clean_details(details: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in details.items():
         if key in _DETAIL_STRINGS and value is not None:
-            out[key] = show_value(value)
+            out[key] = _show_value(value)
         elif key in _DETAIL_ARRAYS and value is not None:
             out[key] = [str(v) for v in value]
     return out
 
 
-def show_value(value: Any) -> str:
+def _show_value(value: Any) -> str:
     """A client's value as `details.value` shows it: a string as sent, anything
     else as JSON; long ones cut, since the client already has them."""
     if isinstance(value, str):
@@ -132,3 +132,8 @@ def forbidden(message: str = "Your role does not allow this change.") -> ApiErro
 
 def conflict(message: str, *, param: str | None = None) -> ApiError:
     return ApiError("conflict", message, param=param)
+
+
+def internal_error() -> ApiError:
+    """A bug: the details go to the log, never to the client."""
+    return ApiError("internal_error", "Something went wrong on our side; it has been logged.")

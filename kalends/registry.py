@@ -37,7 +37,7 @@ from graphql import (
 )
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from kalends.errors import ApiError
+from kalends.errors import ApiError, internal_error
 from kalends.validation import Location
 from kalends.validation import validate as validate_model
 
@@ -248,7 +248,7 @@ async def run(op: Operation, variables: dict[str, Any], context: Context) -> Any
             "operation failed", exc_info=result.errors[0].original_error or result.errors[0],
             extra={"operation": op.name, "request_id": context.request_id},
         )
-        raise ApiError("internal_error", "Something went wrong on our side; it has been logged.")
+        raise internal_error()
     if op.result is None:
         return None
     assert result.data is not None

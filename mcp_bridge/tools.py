@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 
 from kalends import registry
-from kalends.errors import ApiError
+from kalends.errors import ApiError, internal_error
 from mcp_bridge.jsonrpc import INVALID_PARAMS, RpcError
 
 if TYPE_CHECKING:
@@ -118,10 +118,7 @@ async def call(
         return _tool_result(exc.envelope(request_id), is_error=True)
     except Exception:
         _log.exception("tool failed", extra={"operation": name, "request_id": request_id})
-        failure = ApiError(
-            "internal_error", "Something went wrong on our side; it has been logged."
-        )
-        return _tool_result(failure.envelope(request_id), is_error=True)
+        return _tool_result(internal_error().envelope(request_id), is_error=True)
     return _tool_result(body if body is not None else {"status": op.no_body_status}, is_error=False)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from kalends.errors import ApiError
+from kalends.errors import ApiError, internal_error
 from kalends.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID
 from rest_bridge.responses import error_response
 
@@ -61,10 +61,7 @@ async def error_envelopes(request: web.Request, handler: Handler) -> web.StreamR
         return response
     except Exception:
         log.exception("unhandled error", extra={"request_id": request_id})
-        internal = ApiError(
-            "internal_error", "Something went wrong on our side; it has been logged."
-        )
-        return error_response(internal, request_id)
+        return error_response(internal_error(), request_id)
 
 
 def _from_http(exc: web.HTTPException) -> ApiError:
@@ -78,4 +75,4 @@ def _from_http(exc: web.HTTPException) -> ApiError:
         return ApiError("unsupported_media_type", "Send the body as application/json.")
     if exc.status < 500:
         return ApiError("invalid_json", exc.reason or "Bad request.")
-    return ApiError("internal_error", "Something went wrong on our side; it has been logged.")
+    return internal_error()
