@@ -7,11 +7,12 @@ or leaks one caller's view of a row to another.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
 
 import asyncpg
 from strawberry.dataloader import DataLoader
 
-from db import profiles
+from db import events, profiles, rsvps, series
 from db.database import Database
 from kalends.auth import Viewer
 
@@ -22,8 +23,44 @@ class Loaders:
         self._viewer = viewer
         # Rows carry the viewer's role in the owning organization.
         self.profile = DataLoader[str, asyncpg.Record | None](load_fn=self._profiles)
+        # Events and series the viewer may see; others load as None.
+        self.event = DataLoader[str, asyncpg.Record | None](load_fn=self._events)
+        self.series = DataLoader[str, asyncpg.Record | None](load_fn=self._series)
+        self.series_of_event = DataLoader[str, list[asyncpg.Record]](
+            load_fn=self._series_of_events
+        )
+        self.rsvp_stats = DataLoader[str, asyncpg.Record | None](load_fn=self._rsvp_stats)
 
     async def _profiles(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
         rows = await profiles.by_ids(self._db, keys, self._viewer.user_id)
-        by_id = {r["id"]: r for r in rows}
-        return [by_id.get(k) for k in keys]
+        return _by_key(rows, keys)
+
+    async def _events(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
+        return _by_key(await events.by_ids(self._db, keys, self._viewer.user_id), keys)
+
+    async def _series(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
+        return _by_key(await series.by_ids(self._db, keys, self._viewer.user_id), keys)
+
+    async def _series_of_events(self, keys: Sequence[str]) -> list[list[asyncpg.Record]]:
+        grouped: dict[str, list[asyncpg.Record]] = {k: [] for k in keys}
+        for row in await series.of_events(self._db, keys, self._viewer.user_id):
+            grouped[row["event_id"]].append(row)
+        return [grouped[k] for k in keys]
+
+    async def _rsvp_stats(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
+        rows = await rsvps.stats(self._db, keys)
+        by_event = {r["event_id"]: r for r in rows}
+        return [by_event.get(k) for k in keys]
+
+
+def _by_key(rows: list[asyncpg.Record], keys: Sequence[str]) -> list[asyncpg.Record | None]:
+    by_id = {r["id"]: r for r in rows}
+    return [by_id.get(k) for k in keys]
+
+
+async def reload(loader: DataLoader[str, asyncpg.Record | None], key: str
+                 ) -> asyncpg.Record | None:
+    """Load `key` afresh after a write, whether or not it was loaded before."""
+    with suppress(KeyError):  # strawberry's clear() raises for a key never loaded
+        loader.clear(key)
+    return await loader.load(key)

@@ -43,6 +43,8 @@ def _graphql_type(annotation: Any) -> Any:
     if origin in (Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _graphql_type(args[0])
+    if origin is typing.Literal:  # enums arrive as their values' type, checked by pydantic
+        return type(typing.get_args(annotation)[0])
     if origin is list:
         return list[_graphql_type(typing.get_args(annotation)[0])]  # type: ignore[misc]
     return annotation

@@ -6,20 +6,17 @@ import strawberry
 
 from db import profiles as store
 from graph.context import Context
+from graph.dataloaders import reload
 from graph.inputs import input_type, parse_input
+from graph.paging import page
 from graph.types import Page, Profile
 from kalends import ids
 from kalends import profiles as domain
-from kalends.pagination import check_limit
 
 ProfileCreateInput = input_type(domain.ProfileCreate, "ProfileCreateInput")
 ProfileUpdateInput = input_type(domain.ProfileUpdate, "ProfileUpdateInput")
 
 Info = strawberry.Info[Context, None]
-
-
-def _list_key(ctx: Context) -> str:
-    return f"profiles:{ctx.viewer.user_id}"
 
 
 @strawberry.type
@@ -29,13 +26,10 @@ class ProfileQueries:
         self, info: Info, limit: int = 20, cursor: str | None = None
     ) -> Page[Profile]:
         ctx = info.context
-        limit = check_limit(limit)
-        cursors = ctx.services.cursors
-        after = cursors.decode(_list_key(ctx), cursor) if cursor else None
-        rows = await store.administered_page(ctx.db, ctx.viewer.user_id, after, limit + 1)
-        rows, has_more, next_cursor = cursors.page(_list_key(ctx), rows, limit)
-        return Page(
-            data=[Profile.from_row(r) for r in rows], has_more=has_more, next_cursor=next_cursor
+        return await page(
+            ctx, "profiles", limit, cursor,
+            lambda after, n: store.administered_page(ctx.db, ctx.viewer.user_id, after, n),
+            Profile.from_row,
         )
 
     @strawberry.field(description="A profile visible to the caller.")
@@ -66,8 +60,7 @@ class ProfileMutations:
         data = parse_input(domain.ProfileUpdate, input)
         row = domain.check_administrable(await ctx.loaders.profile.load(key), ctx.viewer)
         await domain.update(ctx.db, row, data)
-        ctx.loaders.profile.clear(key)
-        fresh = await ctx.loaders.profile.load(key)
+        fresh = await reload(ctx.loaders.profile, key)
         assert fresh is not None
         return Profile.from_row(fresh)
 

@@ -9,19 +9,22 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors, ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 
+from graph.events import EventMutations, EventQueries
 from graph.organizations import OrganizationQueries
 from graph.profiles import ProfileMutations, ProfileQueries
+from graph.rsvps import RsvpMutations, RsvpQueries
 from graph.scalars import SCALARS
+from graph.series import SeriesMutations, SeriesQueries
 from kalends.errors import ApiError
 
 
 @strawberry.type
-class Query(OrganizationQueries, ProfileQueries):
+class Query(OrganizationQueries, ProfileQueries, EventQueries, SeriesQueries, RsvpQueries):
     pass
 
 
 @strawberry.type
-class Mutation(ProfileMutations):
+class Mutation(ProfileMutations, EventMutations, SeriesMutations, RsvpMutations):
     pass
 
 

@@ -61,3 +61,175 @@ class Profile:
             organization_id=strawberry.ID(row["organization_id"]),
             created_at=row["created_at"], updated_at=row["updated_at"],
         )
+
+
+@strawberry.type(description="RSVP settings of an event; addressed through the event.")
+class RsvpSettings:
+    enable_capacity_limit: bool
+    capacity_limit: int | None
+    allow_waitlist: bool
+    allow_multiple_attendees: bool
+    allow_notifications: bool
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> RsvpSettings:
+        return cls(
+            enable_capacity_limit=row["enable_capacity_limit"],
+            capacity_limit=row["capacity_limit"], allow_waitlist=row["allow_waitlist"],
+            allow_multiple_attendees=row["allow_multiple_attendees"],
+            allow_notifications=row["allow_notifications"],
+        )
+
+
+@strawberry.type(description="Counts of an event's RSVPs; total_attendees sums going guests.")
+class RsvpStats:
+    event_id: strawberry.ID
+    going: int
+    maybe: int
+    not_going: int
+    waitlist: int
+    total_attendees: int
+
+    @classmethod
+    def from_row(cls, event_id: str, row: asyncpg.Record | None) -> RsvpStats:
+        counts = ("going", "maybe", "not_going", "waitlist", "total_attendees")
+        values = {k: int(row[k]) if row is not None else 0 for k in counts}
+        return cls(event_id=strawberry.ID(event_id), **values)
+
+
+@strawberry.type
+class Rsvp:
+    id: strawberry.ID
+    event_id: strawberry.ID
+    attendee_email: str | None
+    attendee_first_name: str | None
+    attendee_last_name: str | None
+    status: str
+    rsvp_type: str | None
+    num_guests: int
+    created_at: Timestamp
+    updated_at: Timestamp
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Rsvp:
+        return cls(
+            id=strawberry.ID(row["id"]), event_id=strawberry.ID(row["event_id"]),
+            attendee_email=row["attendee_email"],
+            attendee_first_name=row["attendee_first_name"],
+            attendee_last_name=row["attendee_last_name"], status=row["status"],
+            rsvp_type=row["rsvp_type"], num_guests=row["num_guests"],
+            created_at=row["created_at"], updated_at=row["updated_at"],
+        )
+
+
+@strawberry.type(description="The caller's RSVP, and whether this answer created it.")
+class RsvpAnswer:
+    rsvp: Rsvp
+    created: bool
+
+
+@strawberry.type
+class Series:
+    id: strawberry.ID
+    profile_id: strawberry.ID | None = strawberry.field(
+        description="Null when the profile is no longer visible to the caller."
+    )
+    name: str
+    slug: str
+    description: str | None
+    is_private: bool
+    created_at: Timestamp | None
+    updated_at: Timestamp | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Series:
+        return cls(
+            id=strawberry.ID(row["id"]),
+            profile_id=strawberry.ID(row["profile_id"]) if row["profile_visible"] else None,
+            name=row["name"], slug=row["slug"], description=row["description"],
+            is_private=row["is_private"], created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+@strawberry.type
+class SeriesDeletion:
+    member_count: int
+    deleted_event_count: int
+    preserved_event_count: int
+
+
+@strawberry.type
+class SeriesDeletionPreview:
+    series_name: str
+    member_count: int
+    exclusive_count: int
+    shared_count: int
+    member_recurring_count: int
+    exclusive_recurring_count: int
+    shared_recurring_count: int
+
+
+@strawberry.type
+class Event:
+    id: strawberry.ID
+    profile_id: strawberry.ID | None = strawberry.field(
+        description="Null when the profile is no longer visible to the caller."
+    )
+    title: str
+    description: str | None
+    location: str | None
+    start_time: Timestamp
+    end_time: Timestamp | None
+    start_timezone: str | None
+    end_timezone: str | None
+    recurrence_rule: str | None
+    status: str | None = strawberry.field(description="scheduled or cancelled.")
+    slug: str
+    image_url: str | None
+    is_all_day: bool
+    is_private: bool
+    require_rsvp: bool
+    require_payment: bool
+    cancellation_reason: str | None
+    cancelled_at: Timestamp | None
+    is_rescheduled: bool | None
+    created_at: Timestamp | None
+    updated_at: Timestamp | None
+    transparency: str = strawberry.field(description="opaque (busy) or transparent (free).")
+    rsvp_settings: RsvpSettings
+
+    @strawberry.field(description="The owning profile, when visible (expand=profile).")
+    async def profile(self, info: strawberry.Info) -> Profile | None:
+        if self.profile_id is None:
+            return None
+        row = await info.context.loaders.profile.load(str(self.profile_id))
+        return Profile.from_row(row) if row is not None else None
+
+    @strawberry.field(description="The visible series the event is in (expand=series).")
+    async def series(self, info: strawberry.Info) -> list[Series]:
+        rows = await info.context.loaders.series_of_event.load(str(self.id))
+        return [Series.from_row(r) for r in rows]
+
+    @strawberry.field(description="Counts of the event's RSVPs (expand=rsvp_stats).")
+    async def rsvp_stats(self, info: strawberry.Info) -> RsvpStats:
+        row = await info.context.loaders.rsvp_stats.load(str(self.id))
+        return RsvpStats.from_row(str(self.id), row)
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Event:
+        return cls(
+            id=strawberry.ID(row["id"]),
+            profile_id=strawberry.ID(row["profile_id"]) if row["profile_visible"] else None,
+            title=row["title"], description=row["description"], location=row["location"],
+            start_time=row["start_time"], end_time=row["end_time"],
+            start_timezone=row["start_timezone"], end_timezone=row["end_timezone"],
+            recurrence_rule=row["recurrence_rule"], status=row["status"], slug=row["slug"],
+            image_url=row["image_url"], is_all_day=row["is_all_day"],
+            is_private=row["is_private"], require_rsvp=row["require_rsvp"],
+            require_payment=row["require_payment"],
+            cancellation_reason=row["cancellation_reason"], cancelled_at=row["cancelled_at"],
+            is_rescheduled=row["is_rescheduled"], created_at=row["created_at"],
+            updated_at=row["updated_at"], transparency=row["transparency"],
+            rsvp_settings=RsvpSettings.from_row(row),
+        )

@@ -1,6 +1,7 @@
 """Keyset cursors: opaque, tamper-evident, and bound to the list they came from.
 
-A cursor is the base64url of `list key | created_at micros | id | MAC`. The MAC
+A cursor is the base64url of `timestamp micros | id | MAC` (the list's order
+column: created_at, or start_time for event lists). The MAC
 covers the list key, so a cursor replayed on another list (or by another
 caller) fails like an edited one.
 """
@@ -47,15 +48,16 @@ class Cursors:
             ) from exc
 
     def page(
-        self, list_key: str, rows: list[Any], limit: int
+        self, list_key: str, rows: list[Any], limit: int, *, order: str = "created_at"
     ) -> tuple[list[Any], bool, str | None]:
-        """Cut a `limit + 1` fetch into a page; the cursor points after its last row."""
+        """Cut a `limit + 1` fetch into a page; the cursor points after its last row,
+        whose `order` column (a timestamp) and id are the keyset."""
         has_more = len(rows) > limit
         rows = rows[:limit]
         cursor = None
         if has_more:
             last = rows[-1]
-            cursor = self.encode(list_key, last["created_at"], last["id"])
+            cursor = self.encode(list_key, last[order], last["id"])
         return rows, has_more, cursor
 
     def _mac(self, list_key: str, payload: bytes) -> bytes:

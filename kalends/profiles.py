@@ -77,6 +77,12 @@ def check_administrable(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.R
     raise not_found("profile", param="profile_id")
 
 
+def check_live(row: asyncpg.Record) -> None:
+    """Nothing new is made on a deleted profile."""
+    if row["deleted_at"] is not None:
+        raise not_found("profile", param="profile_id")
+
+
 def check_visible(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.Record:
     if row is None or not is_visible(row, viewer):
         raise not_found("profile", param="profile_id")
@@ -106,8 +112,7 @@ async def create(db: Database, viewer: Viewer, data: ProfileCreate) -> str:
 
 
 async def update(db: Database, row: asyncpg.Record, data: ProfileUpdate) -> None:
-    if row["deleted_at"] is not None:
-        raise not_found("profile", param="profile_id")
+    check_live(row)
     await store.update(db, row["id"], data.changes())
 
 

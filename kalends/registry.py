@@ -13,7 +13,7 @@ graphql-core directly, skipping per-request parsing and validation.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from inspect import isawaitable
@@ -56,6 +56,8 @@ class Param:
     annotation: Any
     description: str
     default: Any = ...
+    variables: Callable[[Any], dict[str, Any]] | None = None
+    """Maps the validated value to GraphQL variables; by default `{name: value}`."""
 
 
 @dataclass(frozen=True)
@@ -85,14 +87,16 @@ class Operation:
     summary: str
     document: str
     result: str | None
-    """Root field of the GraphQL result that is the REST body; None: 204, no body."""
+    """Dotted path in the GraphQL result to the REST body; None: 204, no body."""
     mcp: Mcp
     tag: str
     params: tuple[Param, ...] = ()
     body: type[BaseModel] | None = None
     status: int = 200
     creates: bool = False
-    """A create: answers 201 with `Location`, accepts an Idempotency-Key."""
+    """Marked IK in the spec: accepts an Idempotency-Key (validated and logged)."""
+    created: str | None = None
+    """Dotted path to a Boolean telling a create (201) from a replace (200)."""
     no_body_status: str | None = None
     """What an MCP call reports for a 204 operation: deleted, removed, linked."""
     location: str | None = None
@@ -204,9 +208,11 @@ def bind(
 ) -> dict[str, Any]:
     variables: dict[str, Any] = {}
     variables.update(validate_model(op.path_model, dict(path), location="path").model_dump())
-    variables.update(
-        validate_model(op.query_model, dict(query), location=query_location).model_dump()
-    )
+    values = validate_model(op.query_model, dict(query), location=query_location).model_dump()
+    for param in op.params:
+        if param.location == "query" and param.variables is not None:
+            variables.update(param.variables(values.pop(param.name)))
+    variables.update(values)
     if op.body is not None:
         if not isinstance(body, dict):
             raise ApiError("invalid_json", "The request body must be a JSON object.")
@@ -232,8 +238,8 @@ def bind_flat(op: Operation, arguments: Mapping[str, Any]) -> dict[str, Any]:
 # Execution
 
 
-async def run(op: Operation, variables: dict[str, Any], context: Context) -> Any:
-    """Execute the pre-validated document; return the shaped result (REST body)."""
+async def run(op: Operation, variables: dict[str, Any], context: Context) -> tuple[Any, int]:
+    """Execute the pre-validated document; return the REST body and status."""
     result = execute(
         context.services.schema, op.ast, context_value=context,
         variable_values=variables, operation_name=op.name,
@@ -250,9 +256,18 @@ async def run(op: Operation, variables: dict[str, Any], context: Context) -> Any
         )
         raise internal_error()
     if op.result is None:
-        return None
+        return None, op.status
     assert result.data is not None
-    return result.data[op.result]
+    status = op.status
+    if op.created is not None and not _at(result.data, op.created):
+        status = 200
+    return _at(result.data, op.result), status
+
+
+def _at(data: Any, path: str) -> Any:
+    for key in path.split("."):
+        data = data[key]
+    return data
 
 
 async def call_flat(app: Any, viewer: Any, op: Operation, arguments: dict[str, Any],
@@ -262,7 +277,8 @@ async def call_flat(app: Any, viewer: Any, op: Operation, arguments: dict[str, A
     from kalends.services import SERVICES
 
     variables = bind_flat(op, arguments)
-    return await run(op, variables, Context(app[SERVICES], viewer, request_id))
+    body, _ = await run(op, variables, Context(app[SERVICES], viewer, request_id))
+    return body
 
 
 # ---------------------------------------------------------------------------
@@ -284,8 +300,10 @@ def _response_schema(schema: GraphQLSchema, ast: DocumentNode, root: str) -> dic
     operation = next(d for d in ast.definitions if isinstance(d, OperationDefinitionNode))
     root_type = schema.get_root_type(operation.operation)
     assert root_type is not None
-    props = _selection_schema(root_type, operation.selection_set, fragments)
-    return props["properties"][root]  # type: ignore[no-any-return]
+    out: dict[str, Any] = _selection_schema(root_type, operation.selection_set, fragments)
+    for key in root.split("."):
+        out = out["properties"][key]
+    return out
 
 
 def _selection_schema(
@@ -293,12 +311,16 @@ def _selection_schema(
     fragments: dict[str, FragmentDefinitionNode],
 ) -> dict[str, Any]:
     properties: dict[str, Any] = {}
+    required: list[str] = []
     for node in _fields(selection, fragments):
         key = node.alias.value if node.alias else node.name.value
         properties[key] = _type_schema(parent.fields[node.name.value].type, node, fragments)
+        # A field under @include/@skip appears only when asked for (`expand`).
+        if not node.directives:
+            required.append(key)
     return {
         "type": "object", "properties": properties,
-        "required": list(properties), "additionalProperties": False,
+        "required": required, "additionalProperties": False,
     }
 
 

@@ -20,10 +20,9 @@ if TYPE_CHECKING:
     from kalends.auth import Viewer
     from kalends.registry import Operation
 
-# Small enough that today's catalogue spans two or more pages, so clients (and
-# our tests) that ignore nextCursor fail now rather than when the API grows.
-# Worth raising once the catalogue holds dozens of tools: each page is a round trip.
-PAGE_SIZE = 5
+# Few round trips for a client, yet today's catalogue spans two pages, so clients
+# (and our tests) that ignore nextCursor fail now rather than when the API grows.
+PAGE_SIZE = 20
 
 _log = logging.getLogger("kalends.mcp")
 

@@ -114,6 +114,9 @@ def _responses(op: Operation) -> dict[str, Any]:
     if op.response_schema is not None:
         success["content"] = {"application/json": {"schema": op.response_schema}}
     responses: dict[str, Any] = {str(op.status): success}
+    if op.created is not None:  # the same body when an existing resource is replaced
+        replaced = {k: v for k, v in success.items() if k != "headers"}
+        responses["200"] = {**replaced, "headers": {"X-Request-Id": headers["X-Request-Id"]}}
     codes = ["400", "401", "403", "404", "405", "500", "503"]
     if op.body is not None:
         codes += ["409", "413", "415"]

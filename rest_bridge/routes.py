@@ -32,11 +32,13 @@ def _handler(op: Operation) -> Any:
             _check_idempotency_key(request)
         body = await _read_body(request) if op.body is not None else None
         variables = bind(op, request.match_info, request.query, body)
-        result = await run(op, variables, Context(services, viewer, request[REQUEST_ID]))
+        result, status = await run(
+            op, variables, Context(services, viewer, request[REQUEST_ID])
+        )
         if op.result is None:
-            return web.Response(status=204)
-        response = json_response(result, status=op.status)
-        if op.location is not None:
+            return web.Response(status=status)
+        response = json_response(result, status=status)
+        if op.location is not None and status == 201:
             response.headers["Location"] = op.location.format(**result)
         return response
 

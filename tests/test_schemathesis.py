@@ -253,11 +253,13 @@ def _seed(http: requests.Session, base: str, user: Any) -> Seeded:
     tag = secrets.token_hex(6)
     when = {"start_time": "2031-05-06T10:00:00", "start_timezone": "Europe/Paris",
             "end_time": "2031-05-06T11:00:00", "end_timezone": "Europe/Paris"}
-    steps: list[tuple[str, tuple[str, ...], str, dict[str, Any]]] = [
-        # (prefix created, prefixes needed, path, body)
+    steps: list[tuple[str | None, tuple[str, ...], str, dict[str, Any]]] = [
+        # (prefix created or None, prefixes needed, path, body)
         ("prf", (), "/v1/profiles", {"platform_id": f"fuzz-{tag}", "display_name": "Fuzz"}),
         ("evt", ("prf",), "/v1/profiles/{prf}/events", {"title": "Fuzz event", **when}),
         ("ser", ("prf",), "/v1/profiles/{prf}/series", {"name": "Fuzz", "slug": f"fuzz-{tag}"}),
+        # Linked, so that removeSeriesEvent reaches its 204 branch too.
+        (None, ("ser", "evt"), "/v1/series/{ser}/events", {"event_id": "{evt}"}),
         ("rsvp", ("evt",), "/v1/events/{evt}/rsvps", {"status": "going"}),
         ("cev", ("cal",), "/v1/calendars/{cal}/events", {"title": "Fuzz entry", **when}),
         ("sub", ("prf",), "/v1/subscriptions", {"subscription_type": "profile", "profile_id": "{prf}"}),
@@ -269,8 +271,9 @@ def _seed(http: requests.Session, base: str, user: Any) -> Seeded:
         body = {k: v.format(**ids) if isinstance(v, str) else v for k, v in body.items()}
         url = path.format(**ids)
         response = http.post(base + url, json=body, headers=user.headers, timeout=30)
-        if response.status_code in (200, 201):
-            ids[prefix] = response.json()["id"]
+        if response.status_code in (200, 201, 204):
+            if prefix is not None:
+                ids[prefix] = response.json()["id"]
         elif _error_code(response) not in ("route_not_found", "method_not_allowed"):
             seeded.failures.append(f"POST {url} -> {response.status_code} {response.text[:300]}")
     return seeded

@@ -1,5 +1,5 @@
 """Every public operation, declared once. Importing this package registers them."""
 
-from kalends.operations import organizations, profiles
+from kalends.operations import events, organizations, profiles, rsvps, series
 
-__all__ = ["organizations", "profiles"]
+__all__ = ["events", "organizations", "profiles", "rsvps", "series"]

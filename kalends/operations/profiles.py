@@ -4,7 +4,7 @@ from kalends.registry import Mcp, Operation, register
 
 PROFILE_ID = path_id("profile_id", "prf", "profile")
 
-_FIELDS = """
+PROFILE_FIELDS = """
 fragment ProfileFields on Profile {
   id platform_id display_name description profile_image_url header_image_url
   is_private default_event_duration_minutes created_at updated_at
@@ -23,7 +23,7 @@ register(
         query listProfiles({PAGE_VARIABLES}) {{
           profiles({PAGE_ARGUMENTS}) {{ data {{ ...ProfileFields }} has_more next_cursor }}
         }}
-        {_FIELDS}""",
+        {PROFILE_FIELDS}""",
         result="profiles",
         mcp=Mcp(
             title="List my profiles",
@@ -49,7 +49,7 @@ register(
         mutation createProfile($input: ProfileCreateInput!) {{
           create_profile(input: $input) {{ ...ProfileFields organization_id }}
         }}
-        {_FIELDS}""",
+        {PROFILE_FIELDS}""",
         result="create_profile",
         mcp=Mcp(
             title="Create a profile",
@@ -71,7 +71,7 @@ register(
         query getProfile($profile_id: ID!) {{
           profile(profile_id: $profile_id) {{ ...ProfileFields }}
         }}
-        {_FIELDS}""",
+        {PROFILE_FIELDS}""",
         result="profile",
         mcp=Mcp(
             title="Get a profile",
@@ -94,7 +94,7 @@ register(
         mutation updateProfile($profile_id: ID!, $input: ProfileUpdateInput!) {{
           update_profile(profile_id: $profile_id, input: $input) {{ ...ProfileFields }}
         }}
-        {_FIELDS}""",
+        {PROFILE_FIELDS}""",
         result="update_profile",
         mcp=Mcp(
             title="Update a profile",

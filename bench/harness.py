@@ -1,0 +1,396 @@
+"""What the benchmarks in this directory share: one `kalends serve` process and its checks,
+the load loop, latency percentiles and the printed table.
+
+A benchmark script declares its options with `options`, and writes one coroutine that, given
+a session authenticated as a fresh user, seeds its data and returns the measured `Result`s;
+`run` does the rest: start the service on a free loopback port (embedded PostgreSQL in a
+fresh temporary KALENDS_DATA_DIR, or DATABASE_URL when set), wait until it is ready, create
+the user with `kalends admin create-user`, print the table, stop the service with SIGTERM,
+check that it exited cleanly, and remove the temporary directory unless kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT = 120.0
+"""Seconds for the service to answer /readyz (a first embedded PostgreSQL start is slow)."""
+PHASE_TIMEOUT = 180.0
+"""Upper bound, in seconds, of any one phase (seeding, warm-up, one measurement)."""
+STOP_TIMEOUT = 45.0
+"""The service's own shutdown_timeout is 30 s; then the embedded database stops."""
+MAX_COUNT = 100_000
+"""Upper bound of every count option."""
+
+
+@dataclass
+class Result:
+    name: str
+    expected: int = 200
+    """The status every measured request should answer."""
+    latencies: list[float] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
+    wall: float = 0.0
+
+    @property
+    def count(self) -> int:
+        return len(self.latencies)
+
+    @property
+    def unexpected(self) -> int:
+        return self.count - self.statuses.get(self.expected, 0)
+
+    @property
+    def rps(self) -> float:
+        return self.count / self.wall if self.wall else 0.0
+
+    def percentile(self, p: float) -> float:
+        """Nearest-rank percentile, in milliseconds."""
+        ordered = sorted(self.latencies)
+        rank = max(1, min(len(ordered), math.ceil(p / 100 * len(ordered))))
+        return ordered[rank - 1] * 1000
+
+
+# ---------------------------------------------------------------------------
+# The service process
+
+
+def _kalends() -> list[str]:
+    script = Path(sys.executable).with_name("kalends")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("kalends")
+    return [found] if found else [sys.executable, "-m", "kalends"]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _data_root() -> Path:
+    """A temporary directory that is not under /root (the embedded database widens the
+    permissions of its data directory's parents)."""
+    base = Path(tempfile.gettempdir()).resolve()
+    if base == Path("/root") or Path("/root") in base.parents:
+        base = Path("/tmp")
+    return Path(tempfile.mkdtemp(prefix="kalends-bench-", dir=base))
+
+
+class Service:
+    def __init__(self, env: dict[str, str], workdir: Path) -> None:
+        self.env = env
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "serve.log"
+        self._log = self.log_path.open("wb")
+        command = [*_kalends(), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        self.process = subprocess.Popen(
+            command, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def wait_ready(self) -> float:
+        started = time.monotonic()
+        while time.monotonic() - started < STARTUP_TIMEOUT:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the service exited with {self.process.returncode} on start")
+            with (suppress(urllib.error.URLError, ConnectionError, TimeoutError),
+                  urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as response):
+                if response.status == 200:
+                    return time.monotonic() - started
+            time.sleep(0.2)
+        raise RuntimeError(f"the service did not become ready within {STARTUP_TIMEOUT:.0f} s")
+
+    def admin(self, *args: str) -> dict[str, object]:
+        done = subprocess.run(
+            [*_kalends(), "admin", *args], env=self.env, capture_output=True, timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"kalends admin {' '.join(args)} failed: {done.stderr.decode()}")
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    def stop(self) -> tuple[int | None, float]:
+        """SIGTERM, then wait; returns (exit status or None if still running, seconds)."""
+        started = time.monotonic()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=STOP_TIMEOUT)
+        self._log.close()
+        return self.process.poll(), time.monotonic() - started
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _port_closed(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _postgres_running(data_dir: Path) -> bool:
+    """Whether an embedded PostgreSQL still runs from the data directory."""
+    for pid_file in data_dir.rglob("postmaster.pid"):
+        with suppress(OSError, ValueError, IndexError):
+            pid = int(pid_file.read_text().splitlines()[0])
+            os.kill(pid, 0)
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------
+# Load
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One kind of request: the i-th is `method url_for(i)` with the JSON body `body_for(i)`
+    (none when `body_for` is None), and should answer `expected`."""
+
+    name: str
+    url_for: Callable[[int], str]
+    method: str = "GET"
+    body_for: Callable[[int], object] | None = None
+    expected: int = 200
+
+
+OnResponse = Callable[[int, int, bytes], None]
+"""Called with (request index, status, body) after each response, outside the timing."""
+
+
+async def load(session: aiohttp.ClientSession, scenario: Scenario, total: int,
+               concurrency: int, *, first: int = 0, on_response: OnResponse | None = None,
+               stop_on_unexpected: bool = False) -> Result:
+    """Requests `first` to `first + total - 1` of `scenario` from `concurrency` clients, each
+    timing its own requests; with `stop_on_unexpected`, no request starts after one answered
+    other than `scenario.expected`."""
+    result = Result(scenario.name, scenario.expected)
+    next_index = first
+    end = first + total
+
+    async def client() -> None:
+        nonlocal next_index
+        while next_index < end:
+            i = next_index
+            next_index += 1
+            url = scenario.url_for(i)
+            body = None if scenario.body_for is None else scenario.body_for(i)
+            started = time.perf_counter()
+            async with session.request(scenario.method, url, json=body) as response:
+                data = await response.read()
+                status = response.status
+            result.latencies.append(time.perf_counter() - started)
+            result.statuses[status] += 1
+            if on_response is not None:
+                on_response(i, status, data)
+            if stop_on_unexpected and status != scenario.expected:
+                next_index = end
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    result.wall = time.perf_counter() - started
+    return result
+
+
+def _shown(data: bytes) -> object:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace")
+
+
+async def seed(session: aiohttp.ClientSession, scenario: Scenario, count: int,
+               concurrency: int, *, first: int = 0) -> list[dict[str, Any]]:
+    """The JSON bodies of `count` requests of `scenario` (creations, say), in the order they
+    answered; raises at the first that does not answer `scenario.expected`."""
+    answers: list[dict[str, Any]] = []
+    refused: list[tuple[int, bytes]] = []
+
+    def keep(i: int, status: int, data: bytes) -> None:
+        if status == scenario.expected:
+            answers.append(json.loads(data))
+        elif not refused:
+            refused.append((status, data))
+
+    await asyncio.wait_for(
+        load(session, scenario, count, concurrency, first=first, on_response=keep,
+             stop_on_unexpected=True),
+        PHASE_TIMEOUT)
+    if refused:
+        status, data = refused[0]
+        raise RuntimeError(f"{scenario.name} answered {status}: {_shown(data)}")
+    return answers
+
+
+async def check_page(session: aiohttp.ClientSession, url: str, path: str, items: int) -> None:
+    """Raises unless `GET path` answers 200 with a page of `items` items."""
+    async with session.get(f"{url}{path}") as response:
+        page = await response.json(content_type=None)
+    if response.status != 200 or len(page["data"]) != items:
+        raise RuntimeError(f"GET {path} answered {response.status}: "
+                           f"{len(page.get('data', []))} items")
+
+
+async def measure(session: aiohttp.ClientSession, scenario: Scenario, warmup: int,
+                  requests: int, concurrency: int, *, on_response: OnResponse | None = None
+                  ) -> Result:
+    """`warmup` requests (indices 0 to warmup - 1), then `requests` measured ones (the
+    following indices)."""
+    await asyncio.wait_for(
+        load(session, scenario, warmup, concurrency, on_response=on_response), PHASE_TIMEOUT)
+    result = await asyncio.wait_for(
+        load(session, scenario, requests, concurrency, first=warmup, on_response=on_response),
+        PHASE_TIMEOUT)
+    print(f"measured {scenario.name}: {result.count} requests in {result.wall:.1f} s",
+          flush=True)
+    return result
+
+
+def table(results: list[Result]) -> str:
+    expected = {r.expected for r in results}
+    bad = f"non-{expected.pop()}" if len(expected) == 1 else "unexpected"
+    width = max(28, *(len(r.name) for r in results))
+    header = (f"{'endpoint':<{width}} {'requests':>8} {bad:>7} {'req/s':>8} "
+              f"{'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'max ms':>7}")
+    lines = [header, "-" * len(header)]
+    for r in results:
+        lines.append(
+            f"{r.name:<{width}} {r.count:>8} {r.unexpected:>{len(bad)}} {r.rps:>8.0f} "
+            f"{r.percentile(50):>7.1f} {r.percentile(90):>7.1f} {r.percentile(99):>7.1f} "
+            f"{max(r.latencies) * 1000:>7.1f}"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Options and the run
+
+_COMMON_COUNTS = {
+    "requests": (3000, "measured requests per endpoint"),
+    "warmup": (300, "warm-up requests"),
+    "concurrency": (16, "concurrent clients"),
+}
+
+
+def options(doc: str, counts: Mapping[str, tuple[int, str]] | None = None
+            ) -> argparse.Namespace:
+    """The command line: the script's own `counts` (name: (default, help)), then --requests,
+    --warmup, --concurrency and --keep; every count must be 1 to MAX_COUNT."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    all_counts = {**(counts or {}), **_COMMON_COUNTS}
+    for name, (default, text) in all_counts.items():
+        parser.add_argument(f"--{name}", type=int, default=default, help=f"{text} ({default})")
+    parser.add_argument("--keep", action="store_true", help="keep the data directory and log")
+    args = parser.parse_args()
+    for name in all_counts:
+        if not 1 <= getattr(args, name) <= MAX_COUNT:
+            parser.error(f"--{name} must be 1..{MAX_COUNT}")
+    return args
+
+
+Benchmark = Callable[[aiohttp.ClientSession, str, argparse.Namespace], Awaitable[list[Result]]]
+"""(session authenticated as the bench user, service URL, options) -> measured results."""
+
+
+async def _with_session(benchmark: Benchmark, url: str, api_key: str,
+                        args: argparse.Namespace) -> list[Result]:
+    headers = {"Authorization": f"Bearer {api_key}"}
+    connector = aiohttp.TCPConnector(limit=args.concurrency)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(headers=headers, connector=connector,
+                                     timeout=timeout) as session:
+        return await benchmark(session, url, args)
+
+
+def run(benchmark: Benchmark, args: argparse.Namespace, setting: str) -> int:
+    """Runs `benchmark` against a fresh service and returns the exit status: 0 only if every
+    measured request answered as expected and the service stopped cleanly. `setting` goes on
+    the line above the table (e.g. "150 profiles")."""
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    workdir = _data_root()
+    env = dict(os.environ)
+    # Run this checkout's code even if the installed `kalends` was installed from elsewhere,
+    # or before a package was added (an editable install maps only the packages it saw).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    database = "DATABASE_URL" if env.get("DATABASE_URL") else "embedded PostgreSQL"
+    if not env.get("DATABASE_URL"):
+        env["KALENDS_DATA_DIR"] = str(workdir / "data")
+
+    print(f"kalends serve (1 process), {database}, data in {workdir}", flush=True)
+    service = Service(env, workdir)
+    ok = True
+    results: list[Result] = []
+    try:
+        ready = service.wait_ready()
+        print(f"ready on {service.url} after {ready:.1f} s", flush=True)
+        user = service.admin("create-user", "--email",
+                             f"bench-{secrets.token_hex(4)}@example.com", "--name", "Bench")
+        results = asyncio.run(_with_session(benchmark, service.url, str(user["api_key"]), args))
+    except Exception as exc:
+        ok = False
+        print(f"\nbenchmark failed: {exc}\n--- last lines of {service.log_path}\n"
+              f"{service.log_tail()}", file=sys.stderr)
+    finally:
+        status, took = service.stop()
+        if status is None:
+            print(f"the service did not exit within {STOP_TIMEOUT:.0f} s of SIGTERM; killing it",
+                  file=sys.stderr)
+            service.kill()
+            ok = False
+
+    stopped_db = env.get("DATABASE_URL") or not _postgres_running(workdir)
+    closed = _port_closed(service.port)
+    if results:
+        print()
+        print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+              f"concurrency {args.concurrency}, warm-up {args.warmup}, {setting}, loopback")
+        print(table(results))
+        if any(r.unexpected for r in results):
+            ok = False
+            for r in results:
+                print(f"statuses for {r.name}: {dict(r.statuses)}", file=sys.stderr)
+    print()
+    print(f"SIGTERM: exit status {status} after {took:.1f} s; port closed: {closed}; "
+          f"embedded PostgreSQL stopped: {bool(stopped_db)}")
+    ok = ok and status == 0 and closed and bool(stopped_db)
+    if args.keep or not ok:
+        print(f"kept {workdir} (log: {service.log_path})")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if ok else 1

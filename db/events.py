@@ -1,0 +1,160 @@
+"""Events. Every read carries what visibility and permission need (the owning
+profile's owner, privacy and deletion, and the viewer's role in its
+organization), so neither costs a second query.
+
+Visibility is decided here, in SQL, once for every list and lookup: an event is
+seen by the people who run its profile (owner and organization members; once
+the profile is deleted, only its owner and administrators), and by everyone
+else only when the event and its profile are public and the profile is live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from db.database import Database, Tx
+
+_COLUMNS = """
+    e.id, e.profile_id, e.title, e.description, e.location, e.start_time, e.end_time,
+    e.start_timezone, e.end_timezone, e.is_all_day, e.start_date, e.end_date,
+    e.recurrence_rule, e.status, e.slug::text AS slug, e.image_url, e.is_private,
+    e.require_rsvp, e.require_payment, e.cancellation_reason, e.cancelled_at,
+    e.is_rescheduled, e.transparency, e.enable_capacity_limit, e.capacity_limit,
+    e.allow_waitlist, e.allow_multiple_attendees, e.allow_notifications,
+    e.created_at, e.updated_at,
+    p.owner_user_id, m.role AS viewer_role,
+    -- The profile is shown only where the viewer may see it (spec: profile_id null).
+    (p.deleted_at IS NULL AND (NOT p.is_private OR p.owner_user_id = {viewer}
+                               OR m.role IS NOT NULL)) AS profile_visible
+"""
+
+_FROM = """
+    FROM events e
+    JOIN profiles p ON p.id = e.profile_id
+    LEFT JOIN organization_members m
+      ON m.organization_id = p.organization_id AND m.user_id = {viewer}
+"""
+
+VISIBLE = """(
+    (p.deleted_at IS NULL
+     AND ((NOT e.is_private AND NOT p.is_private)
+          OR p.owner_user_id = {viewer} OR m.role IS NOT NULL))
+    OR (p.deleted_at IS NOT NULL
+        AND (p.owner_user_id = {viewer} OR m.role IN ('owner', 'admin')))
+)"""
+
+# Columns the domain layer may write.
+WRITABLE = (
+    "title", "description", "location", "start_time", "end_time", "start_timezone",
+    "end_timezone", "is_all_day", "start_date", "end_date", "recurrence_rule", "slug",
+    "image_url", "is_private", "require_rsvp", "require_payment", "transparency", "status",
+    "cancellation_reason", "cancelled_at", "is_rescheduled", "enable_capacity_limit",
+    "capacity_limit", "allow_waitlist", "allow_multiple_attendees", "allow_notifications",
+)
+
+
+def _select(viewer: str) -> str:
+    return f"SELECT {_COLUMNS.format(viewer=viewer)} {_FROM.format(viewer=viewer)}"
+
+
+async def by_ids(db: Database | Tx, ids: Sequence[str], viewer_id: str) -> list[asyncpg.Record]:
+    """The events among `ids` that the viewer may see."""
+    return await db.fetch(
+        f"{_select('$2')} WHERE e.id = ANY($1::text[]) AND {VISIBLE.format(viewer='$2')}",
+        list(ids), viewer_id,
+    )
+
+
+async def page(
+    db: Database, viewer_id: str, after: tuple[datetime, str] | None, limit: int, *,
+    profile_id: str | None = None, series_id: str | None = None,
+) -> list[asyncpg.Record]:
+    """Visible events by (start_time, id): all of them, a profile's, or a series'."""
+    after_ts, after_id = after if after else (None, None)
+    scope = ""
+    if profile_id is not None:
+        scope = "AND e.profile_id = $5"
+    elif series_id is not None:
+        scope = "AND e.id IN (SELECT event_id FROM series_events WHERE series_id = $5)"
+    args: list[Any] = [viewer_id, after_ts, after_id, limit]
+    if profile_id is not None or series_id is not None:
+        args.append(profile_id or series_id)
+    return await db.fetch(
+        f"""
+        {_select('$1')}
+        WHERE {VISIBLE.format(viewer='$1')} {scope}
+          AND ($2::timestamptz IS NULL OR (e.start_time, e.id) > ($2, $3))
+        ORDER BY e.start_time, e.id
+        LIMIT $4
+        """,
+        *args,
+    )
+
+
+async def insert(tx: Database | Tx, event_id: str, profile_id: str, values: dict[str, Any]) -> None:
+    """Raises asyncpg.UniqueViolationError when the slug is taken in the profile."""
+    cols = [c for c in WRITABLE if c in values]
+    placeholders = ", ".join(f"${i}" for i in range(3, 3 + len(cols)))
+    await tx.execute(
+        f"""
+        INSERT INTO events (id, profile_id, {', '.join(cols)})
+        VALUES ($1, $2, {placeholders})
+        """,
+        event_id, profile_id, *(values[c] for c in cols),
+    )
+
+
+async def lock_derived_slugs(tx: Tx, profile_id: str) -> None:
+    """Until the transaction ends, no other create derives a slug in this profile:
+    concurrent creates of one title and day then take -2, -3, ... in turn
+    instead of racing for the same suffix."""
+    await tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('kalends:event-slugs:' || $1, 0))",
+        profile_id,
+    )
+
+
+async def slugs_with_prefix(db: Database | Tx, profile_id: str, prefix: str) -> set[str]:
+    rows = await db.fetch(
+        """
+        SELECT lower(slug::text) AS slug FROM events
+        WHERE profile_id = $1
+          AND (slug = $2 OR starts_with(lower(slug::text), lower($2) || '-'))
+        """,
+        profile_id, prefix,
+    )
+    return {r["slug"] for r in rows}
+
+
+async def update(db: Database | Tx, event_id: str, values: dict[str, Any]) -> None:
+    """Raises asyncpg.UniqueViolationError when a new slug is taken in the profile."""
+    cols = [c for c in WRITABLE if c in values]
+    if not cols:
+        return
+    assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(cols, start=2))
+    await db.execute(
+        f"UPDATE events SET {assignments}, updated_at = now() WHERE id = $1",
+        event_id, *(values[c] for c in cols),
+    )
+
+
+async def delete(db: Database | Tx, event_id: str) -> None:
+    """Permanent; RSVPs and series links go with it (ON DELETE CASCADE)."""
+    await db.execute("DELETE FROM events WHERE id = $1", event_id)
+
+
+async def lock(tx: Tx, event_id: str) -> asyncpg.Record | None:
+    """Lock the event row: RSVP writes to one event run one at a time, so
+    capacity is checked against a count no one else is changing."""
+    return await tx.fetchrow(
+        """
+        SELECT id, status, enable_capacity_limit, capacity_limit, allow_waitlist,
+               allow_multiple_attendees
+        FROM events WHERE id = $1 FOR UPDATE
+        """,
+        event_id,
+    )

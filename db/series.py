@@ -1,0 +1,189 @@
+"""Series and their membership. Reads carry the same visibility columns as
+events (see db/events.py): a series is seen by the people who run its profile,
+and by everyone else only when it and its profile are public and live."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from db.database import Database, Tx
+
+_COLUMNS = """
+    s.id, s.profile_id, s.name, s.slug::text AS slug, s.description, s.is_private,
+    s.created_at, s.updated_at, p.owner_user_id, m.role AS viewer_role,
+    (p.deleted_at IS NULL AND (NOT p.is_private OR p.owner_user_id = {viewer}
+                               OR m.role IS NOT NULL)) AS profile_visible
+"""
+
+_FROM = """
+    FROM series s
+    JOIN profiles p ON p.id = s.profile_id
+    LEFT JOIN organization_members m
+      ON m.organization_id = p.organization_id AND m.user_id = {viewer}
+"""
+
+_VISIBLE = """(
+    (p.deleted_at IS NULL
+     AND ((NOT s.is_private AND NOT p.is_private)
+          OR p.owner_user_id = {viewer} OR m.role IS NOT NULL))
+    OR (p.deleted_at IS NOT NULL
+        AND (p.owner_user_id = {viewer} OR m.role IN ('owner', 'admin')))
+)"""
+
+WRITABLE = ("name", "slug", "description", "is_private")
+
+
+def _select(viewer: str) -> str:
+    return f"SELECT {_COLUMNS.format(viewer=viewer)} {_FROM.format(viewer=viewer)}"
+
+
+async def by_ids(db: Database | Tx, ids: Sequence[str], viewer_id: str) -> list[asyncpg.Record]:
+    return await db.fetch(
+        f"{_select('$2')} WHERE s.id = ANY($1::text[]) AND {_VISIBLE.format(viewer='$2')}",
+        list(ids), viewer_id,
+    )
+
+
+async def of_events(db: Database, event_ids: Sequence[str], viewer_id: str
+                    ) -> list[asyncpg.Record]:
+    """Visible series of each event, with `event_id`, in creation order."""
+    return await db.fetch(
+        f"""
+        SELECT se.event_id, {_COLUMNS.format(viewer='$2')}
+        FROM series_events se JOIN series s ON s.id = se.series_id
+        JOIN profiles p ON p.id = s.profile_id
+        LEFT JOIN organization_members m
+          ON m.organization_id = p.organization_id AND m.user_id = $2
+        WHERE se.event_id = ANY($1::text[]) AND {_VISIBLE.format(viewer='$2')}
+        ORDER BY s.created_at, s.id
+        """,
+        list(event_ids), viewer_id,
+    )
+
+
+async def page(
+    db: Database, viewer_id: str, after: tuple[datetime, str] | None, limit: int, *,
+    profile_id: str | None = None,
+) -> list[asyncpg.Record]:
+    """By (created_at, id): a profile's visible series, or (no profile) the live
+    series of every profile the viewer owns or administers."""
+    after_ts, after_id = after if after else (None, None)
+    if profile_id is None:
+        scope = ("p.deleted_at IS NULL AND (p.owner_user_id = $1 OR m.role IN ('owner', 'admin'))"
+                 " AND $5::text IS NULL")
+    else:
+        scope = f"s.profile_id = $5 AND {_VISIBLE.format(viewer='$1')}"
+    return await db.fetch(
+        f"""
+        {_select('$1')}
+        WHERE {scope}
+          AND ($2::timestamptz IS NULL OR (s.created_at, s.id) > ($2, $3))
+        ORDER BY s.created_at, s.id
+        LIMIT $4
+        """,
+        viewer_id, after_ts, after_id, limit, profile_id,
+    )
+
+
+async def insert(db: Database | Tx, series_id: str, profile_id: str, values: dict[str, Any]
+                 ) -> None:
+    """Raises asyncpg.UniqueViolationError when the slug is taken in the profile."""
+    cols = [c for c in WRITABLE if c in values]
+    placeholders = ", ".join(f"${i}" for i in range(3, 3 + len(cols)))
+    await db.execute(
+        f"INSERT INTO series (id, profile_id, {', '.join(cols)}) VALUES ($1, $2, {placeholders})",
+        series_id, profile_id, *(values[c] for c in cols),
+    )
+
+
+async def update(db: Database | Tx, series_id: str, values: dict[str, Any]) -> None:
+    cols = [c for c in WRITABLE if c in values]
+    if not cols:
+        return
+    assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(cols, start=2))
+    await db.execute(
+        f"UPDATE series SET {assignments}, updated_at = now() WHERE id = $1",
+        series_id, *(values[c] for c in cols),
+    )
+
+
+_COUNTS = """
+    WITH members AS (
+        SELECT e.id, e.recurrence_rule IS NOT NULL AS recurring,
+               EXISTS (SELECT 1 FROM series_events o
+                       WHERE o.event_id = e.id AND o.series_id <> $1) AS shared
+        FROM series_events se JOIN events e ON e.id = se.event_id
+        WHERE se.series_id = $1
+    )
+    SELECT count(*) AS member_count,
+           count(*) FILTER (WHERE NOT shared) AS exclusive_count,
+           count(*) FILTER (WHERE shared) AS shared_count,
+           count(*) FILTER (WHERE recurring) AS member_recurring_count,
+           count(*) FILTER (WHERE recurring AND NOT shared) AS exclusive_recurring_count,
+           count(*) FILTER (WHERE recurring AND shared) AS shared_recurring_count
+    FROM members
+"""
+
+
+async def deletion_counts(db: Database | Tx, series_id: str) -> asyncpg.Record:
+    row = await db.fetchrow(_COUNTS, series_id)
+    assert row is not None
+    return row
+
+
+async def delete(tx: Tx, series_id: str, *, cascade_exclusive_events: bool) -> tuple[int, int]:
+    """Delete the series; with cascade, also the events in no other series.
+    Returns (member_count, deleted_event_count)."""
+    # Lock the series and its links, so a concurrent link cannot slip an event
+    # between the count and the delete.
+    await tx.execute("SELECT 1 FROM series WHERE id = $1 FOR UPDATE", series_id)
+    members = await tx.fetchval(
+        "SELECT count(*) FROM (SELECT 1 FROM series_events WHERE series_id = $1 FOR UPDATE) l",
+        series_id,
+    )
+    deleted = 0
+    if cascade_exclusive_events:
+        # Lock the member events too: a link of one of them into another series
+        # holds a key-share lock on it until it commits, so the cascade waits
+        # for it and then (a new statement, a new snapshot) sees the event as
+        # shared. A link that comes later waits for the cascade instead.
+        await tx.execute(
+            """
+            SELECT 1 FROM events
+            WHERE id IN (SELECT event_id FROM series_events WHERE series_id = $1)
+            ORDER BY id FOR UPDATE
+            """,
+            series_id,
+        )
+        status = await tx.execute(
+            """
+            DELETE FROM events e
+            USING series_events se
+            WHERE se.series_id = $1 AND e.id = se.event_id
+              AND NOT EXISTS (SELECT 1 FROM series_events o
+                              WHERE o.event_id = e.id AND o.series_id <> $1)
+            """,
+            series_id,
+        )
+        deleted = int(status.split()[-1])
+    await tx.execute("DELETE FROM series WHERE id = $1", series_id)
+    return int(members), deleted
+
+
+async def link(db: Database | Tx, series_id: str, event_id: str) -> None:
+    """Already linked: a no-op."""
+    await db.execute(
+        "INSERT INTO series_events (series_id, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        series_id, event_id,
+    )
+
+
+async def unlink(db: Database | Tx, series_id: str, event_id: str) -> bool:
+    status = await db.execute(
+        "DELETE FROM series_events WHERE series_id = $1 AND event_id = $2", series_id, event_id
+    )
+    return status != "DELETE 0"

@@ -1,0 +1,286 @@
+"""Events: request shapes, permission, slugs, and the state machine of cancel
+and reschedule. Time input belongs to `kalends.times`, rules to
+`kalends.recurrence`; this module puts them together."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import asyncpg
+from pydantic import Field, StringConstraints
+
+from db import events as store
+from db.database import Database
+from kalends import ids, recurrence, times
+from kalends.auth import Viewer
+from kalends.errors import ApiError, conflict, forbidden, not_found
+from kalends.profiles import Description, Url
+from kalends.validation import Body, id_of
+
+RESERVED_SLUGS = frozenset({"history", "previous", "s"})
+EXPANDABLE = ("profile", "series", "rsvp_settings", "rsvp_stats")
+MAX_EXPAND = 3
+
+Title = Annotated[str, StringConstraints(min_length=1, max_length=500, pattern=r"\S")]
+Location = Annotated[str, StringConstraints(max_length=1000)]
+# Shapes and zones are checked by kalends.times, which owns their error codes.
+TimeText = Annotated[str, Field(description="`YYYY-MM-DD[T ]HH:MM[:SS[.f]][Z|±HH:MM|±HHMM]`.")]
+DateText = Annotated[str, Field(description="`YYYY-MM-DD`.")]
+Zone = Annotated[str, Field(description="An IANA time zone name, e.g. `Europe/Paris`.")]
+Rule = Annotated[
+    str,
+    Field(
+        description="One RRULE, optional `RRULE:` prefix; SECONDLY and MINUTELY are refused.",
+        json_schema_extra={"maxLength": recurrence.MAX_RULE_LENGTH},
+    ),
+]
+Slug = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"),
+    Field(description="Letters, digits, `_` and `-`; unique within the profile."),
+]
+Transparency = Literal["opaque", "transparent"]
+
+
+class EventUpdate(Body):
+    """Fields of an event; all optional. `null` clears a nullable field."""
+
+    # A default of None marks "omitted"; an explicit null is refused by the type.
+    title: Title = Field(default=None)  # type: ignore[assignment]
+    description: Description | None = None
+    location: Location | None = None
+    start_time: TimeText = Field(default=None)  # type: ignore[assignment]
+    end_time: TimeText | None = None
+    start_timezone: Zone = Field(default=None)  # type: ignore[assignment]
+    end_timezone: Zone = Field(default=None)  # type: ignore[assignment]
+    start_date: DateText = Field(default=None)  # type: ignore[assignment]
+    end_date: DateText = Field(default=None)  # type: ignore[assignment]
+    recurrence_rule: Rule | None = None
+    slug: Slug = Field(default=None)  # type: ignore[assignment]
+    image_url: Url | None = None
+    is_all_day: bool = Field(default=None)  # type: ignore[assignment]
+    is_private: bool = Field(default=None)  # type: ignore[assignment]
+    require_rsvp: bool = Field(default=None)  # type: ignore[assignment]
+    transparency: Transparency = Field(default=None)  # type: ignore[arg-type]
+
+
+class ProfileEventCreate(EventUpdate):
+    """A new event; the profile comes from the path."""
+
+    title: Title
+    require_payment: bool = Field(default=None)  # type: ignore[assignment]
+
+
+class EventCreate(ProfileEventCreate):
+    """A new event on one of the caller's profiles."""
+
+    profile_id: id_of("prf")  # type: ignore[valid-type]
+
+
+class EventCancel(Body):
+    """Why the event is cancelled, for its attendees."""
+
+    reason: Description = Field(default=None)  # type: ignore[assignment]
+
+
+class EventReschedule(Body):
+    """The new time; an omitted end keeps the event's duration."""
+
+    start_time: TimeText
+    start_timezone: Zone
+    end_time: TimeText = Field(default=None)  # type: ignore[assignment]
+    end_timezone: Zone = Field(default=None)  # type: ignore[assignment]
+
+
+# ---------------------------------------------------------------------------
+# expand (contract section 5)
+
+
+def parse_expand(value: str | None) -> dict[str, bool]:
+    """`expand=profile,series` as one GraphQL variable per relationship."""
+    asked: list[str] = []
+    if value is not None:
+        asked = value.split(",")
+        unknown = [name for name in asked if name not in EXPANDABLE]
+        if unknown:
+            raise ApiError(
+                "invalid_expand",
+                f"Unknown relationship `{unknown[0]}`; expand any of {', '.join(EXPANDABLE)}.",
+                param="expand", details={"value": value},
+            )
+        if len(set(asked)) > MAX_EXPAND:
+            raise ApiError(
+                "invalid_expand", f"At most {MAX_EXPAND} relationships can be expanded.",
+                param="expand", details={"value": value},
+            )
+    return {f"expand_{name}": name in asked for name in EXPANDABLE}
+
+
+# ---------------------------------------------------------------------------
+# Permission
+
+
+def check_administrable(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.Record:
+    """Writes: the profile's owner and its organization's owners and admins. A
+    member who can see the event learns it is not theirs to change (403)."""
+    if row is None:
+        raise not_found("event", param="event_id")
+    if row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin"):
+        return row
+    if row["viewer_role"] == "member":
+        raise forbidden("Only the profile's owner or its organization's owners and admins "
+                        "may change its events.")
+    raise not_found("event", param="event_id")
+
+
+def check_visible(row: asyncpg.Record | None) -> asyncpg.Record:
+    """Rows come from loaders that return visible events only."""
+    if row is None:
+        raise not_found("event", param="event_id")
+    return row
+
+
+def administers(row: asyncpg.Record, viewer: Viewer) -> bool:
+    return row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin")
+
+
+def _check_open(row: asyncpg.Record) -> None:
+    if row["status"] == "cancelled":
+        raise ApiError(
+            "event_cancelled",
+            "The event is cancelled; reschedule it to change it again.",
+        )
+
+
+# ---------------------------------------------------------------------------
+# Writes
+
+
+def times_of(row: asyncpg.Record) -> times.EventTimes:
+    return times.EventTimes(
+        is_all_day=row["is_all_day"], start_time=row["start_time"], end_time=row["end_time"],
+        start_timezone=row["start_timezone"], end_timezone=row["end_timezone"],
+        start_date=row["start_date"], end_date=row["end_date"],
+    )
+
+
+def _time_columns(t: times.EventTimes) -> dict[str, Any]:
+    return {
+        "is_all_day": t.is_all_day, "start_time": t.start_time, "end_time": t.end_time,
+        "start_timezone": t.start_timezone, "end_timezone": t.end_timezone,
+        "start_date": t.start_date, "end_date": t.end_date,
+    }
+
+
+def _check_rule(rule: str | None, t: times.EventTimes) -> None:
+    if rule is not None:
+        recurrence.check(rule, t.local_start, times.zone(t.start_timezone, param="start_timezone"))
+
+
+def _check_slug(slug: str) -> None:
+    if slug.lower() in RESERVED_SLUGS:
+        raise ApiError(
+            "reserved_slug", f"The slug `{slug}` is reserved.", param="slug",
+            details={"value": slug},
+        )
+
+
+def slugify(title: str, t: times.EventTimes) -> str:
+    """`title-words-YYYY-MM-DD`, the date taken in the event's own zone."""
+    ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
+    words = re.sub(r"[^a-z0-9]+", "-", ascii_title.lower()).strip("-")[:80].rstrip("-")
+    return f"{words or 'event'}-{t.local_start.date().isoformat()}"
+
+
+_TEXT_FIELDS = ("title", "description", "location", "image_url", "is_private", "require_rsvp",
+                "require_payment", "transparency")
+
+
+async def create(
+    db: Database, profile: asyncpg.Record, data: ProfileEventCreate
+) -> str:
+    fields = data.model_dump(exclude_unset=True)
+    t = times.resolve_create(fields, fill_end_timezone=True)
+    rule = fields.get("recurrence_rule")
+    _check_rule(rule, t)
+    values: dict[str, Any] = {k: fields[k] for k in _TEXT_FIELDS if k in fields}
+    values.update(_time_columns(t), recurrence_rule=rule)
+    event_id = ids.new_id("evt")
+    if "slug" in fields:
+        _check_slug(fields["slug"])
+        try:
+            await store.insert(db, event_id, profile["id"], {**values, "slug": fields["slug"]})
+        except asyncpg.UniqueViolationError:
+            raise _slug_taken(fields["slug"]) from None
+        return event_id
+    # A derived slug takes the first free suffix: -2, -3, ... Derivations in one
+    # profile run one at a time (an advisory lock), so concurrent creates of one
+    # title and day do not race for a suffix; an explicit slug or a PATCH, which
+    # take no lock, may still take the one chosen first: then look again.
+    base = slugify(fields["title"], t)
+    for _ in range(5):
+        try:
+            async with db.transaction() as tx:
+                await store.lock_derived_slugs(tx, profile["id"])
+                taken = await store.slugs_with_prefix(tx, profile["id"], base)
+                slug, n = base, 1
+                while slug.lower() in taken:
+                    n += 1
+                    slug = f"{base}-{n}"
+                await store.insert(tx, event_id, profile["id"], {**values, "slug": slug})
+            return event_id
+        except asyncpg.UniqueViolationError:
+            continue
+    raise _slug_taken(base)
+
+
+def _slug_taken(slug: str) -> ApiError:
+    return conflict(f"The slug `{slug}` is already used by an event of this profile.",
+                    param="slug")
+
+
+async def update(db: Database, row: asyncpg.Record, data: EventUpdate) -> None:
+    _check_open(row)
+    changes = data.model_dump(exclude_unset=True)
+    values: dict[str, Any] = {k: changes[k] for k in _TEXT_FIELDS if k in changes}
+    current = times_of(row)
+    t = times.resolve_update(current, changes)
+    if t != current:
+        values.update(_time_columns(t))
+    rule = changes["recurrence_rule"] if "recurrence_rule" in changes else row["recurrence_rule"]
+    if "recurrence_rule" in changes or t != current:
+        _check_rule(rule, t)
+        values["recurrence_rule"] = rule
+    if "slug" in changes:
+        _check_slug(changes["slug"])
+        values["slug"] = changes["slug"]
+    try:
+        await store.update(db, row["id"], values)
+    except asyncpg.UniqueViolationError:
+        raise _slug_taken(changes["slug"]) from None
+
+
+async def cancel(db: Database, row: asyncpg.Record, data: EventCancel) -> None:
+    """RSVPs stay, so attendees can be told."""
+    _check_open(row)
+    await store.update(db, row["id"], {
+        "status": "cancelled", "cancelled_at": datetime.now(UTC),
+        "cancellation_reason": data.reason,
+    })
+
+
+async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule) -> None:
+    """A new time, allowed on a cancelled event too: it reopens it."""
+    t = times.resolve_reschedule(times_of(row), data.model_dump(exclude_unset=True))
+    _check_rule(row["recurrence_rule"], t)
+    await store.update(db, row["id"], {
+        **_time_columns(t), "status": "scheduled", "cancelled_at": None,
+        "cancellation_reason": None, "is_rescheduled": True,
+    })
+
+
+async def delete(db: Database, row: asyncpg.Record) -> None:
+    await store.delete(db, row["id"])

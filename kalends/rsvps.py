@@ -1,0 +1,162 @@
+"""RSVPs and RSVP settings: who may answer, who may see, and capacity.
+
+Capacity holds under concurrency because every RSVP write first locks its
+event's row (`db.events.lock`): the writes to one event run one after another,
+each counting attendees no one else is changing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import asyncpg
+from pydantic import Field, StringConstraints
+
+from db import events as event_store
+from db import rsvps as store
+from db.database import Database, Tx
+from kalends import ids
+from kalends.auth import Viewer
+from kalends.errors import ApiError, not_found
+from kalends.events import administers
+from kalends.validation import Body
+
+Status = Literal["going", "maybe", "not_going", "waitlist"]
+Email = Annotated[
+    str, StringConstraints(max_length=254, pattern=r"^[^@\s]+@[^@\s]+$"),
+    Field(json_schema_extra={"format": "email"}),
+]
+Name = Annotated[str, StringConstraints(max_length=200)]
+Guests = Annotated[int, Field(ge=1, le=10_000)]
+
+
+class RsvpUpdate(Body):
+    status: Status = Field(default=None)  # type: ignore[arg-type]
+    num_guests: Guests = Field(default=None)  # type: ignore[assignment]
+
+
+class RsvpCreate(Body):
+    """The caller's answer. Posting again with the same attendee_email (or none)
+    replaces the caller's earlier answer."""
+
+    status: Status
+    attendee_email: Email | None = None
+    attendee_first_name: Name | None = None
+    attendee_last_name: Name | None = None
+    rsvp_type: Annotated[str, StringConstraints(max_length=100)] | None = None
+    num_guests: Guests = 1
+
+
+class RsvpSettingsUpdate(Body):
+    enable_capacity_limit: bool = Field(default=None)  # type: ignore[assignment]
+    capacity_limit: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    allow_waitlist: bool = Field(default=None)  # type: ignore[assignment]
+    allow_multiple_attendees: bool = Field(default=None)  # type: ignore[assignment]
+    allow_notifications: bool = Field(default=None)  # type: ignore[assignment]
+
+
+SETTINGS = ("enable_capacity_limit", "capacity_limit", "allow_waitlist",
+            "allow_multiple_attendees", "allow_notifications")
+
+
+def may_manage(rsvp: asyncpg.Record, event: asyncpg.Record, viewer: Viewer) -> bool:
+    """The attendee who answered, and whoever administers the event."""
+    return rsvp["user_id"] == viewer.user_id or administers(event, viewer)
+
+
+def check_manageable(rsvp: asyncpg.Record | None, event: asyncpg.Record, viewer: Viewer
+                     ) -> asyncpg.Record:
+    # The event in the URL is respected: an RSVP of another event is not found.
+    if rsvp is None or rsvp["event_id"] != event["id"] or not may_manage(rsvp, event, viewer):
+        raise not_found("RSVP", param="rsvp_id")
+    return rsvp
+
+
+async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate
+                 ) -> tuple[asyncpg.Record, bool]:
+    """Create or replace the caller's RSVP; returns it and whether it is new."""
+    async with db.transaction() as tx:
+        event = await _lock(tx, event_id)
+        existing = await store.by_key(tx, event_id, viewer.user_id, data.attendee_email)
+        status = await _admit(tx, event, data.status, data.num_guests, existing)
+        values = data.model_dump()
+        values["status"] = status
+        if existing is None:
+            return await store.insert(tx, ids.new_id("rsvp"), event_id, viewer.user_id,
+                                      values), True
+        return await store.update(tx, existing["id"], values), False
+
+
+async def change(db: Database, rsvp: asyncpg.Record, data: RsvpUpdate) -> asyncpg.Record:
+    changes = data.model_dump(exclude_unset=True)
+    if not changes:
+        return rsvp
+    async with db.transaction() as tx:
+        event = await _lock(tx, rsvp["event_id"])
+        current = await store.by_id(tx, rsvp["id"])
+        if current is None:
+            raise not_found("RSVP", param="rsvp_id")
+        changes["status"] = await _admit(
+            tx, event, changes.get("status", current["status"]),
+            changes.get("num_guests", current["num_guests"]), current,
+        )
+        return await store.update(tx, current["id"], changes)
+
+
+async def withdraw(db: Database, rsvp: asyncpg.Record) -> None:
+    await store.delete(db, rsvp["id"])
+
+
+async def _lock(tx: Tx, event_id: str) -> asyncpg.Record:
+    event = await event_store.lock(tx, event_id)
+    if event is None:  # deleted since it was read
+        raise not_found("event", param="event_id")
+    return event
+
+
+async def _admit(tx: Tx, event: asyncpg.Record, status: str, guests: int,
+                 existing: asyncpg.Record | None) -> str:
+    """The status an answer gets: `going` becomes `waitlist` on a full event
+    whose waitlist is open; with the waitlist closed it is refused."""
+    if event["status"] == "cancelled" and status in ("going", "maybe") and not (
+        existing is not None and existing["status"] == status
+        and guests <= existing["num_guests"]
+    ):
+        raise ApiError("event_cancelled", "The event is cancelled; it takes no new answers.")
+    # A party already held is kept when the setting is turned off (like a seat
+    # when capacity is lowered): only a new or larger party is refused, so a
+    # status-only change of an existing party still goes through.
+    held_guests = existing["num_guests"] if existing is not None else 1
+    if guests > max(1, held_guests) and not event["allow_multiple_attendees"]:
+        raise ApiError(
+            "multiple_attendees_not_allowed", "This event admits one attendee per RSVP.",
+            param="num_guests", details={"value": guests},
+        )
+    if status != "going" or not event["enable_capacity_limit"]:
+        return status
+    if existing is not None and existing["status"] == "going" and guests <= existing["num_guests"]:
+        return status  # a seat already held is kept, even above a lowered capacity
+    taken = await store.attendees_going(
+        tx, event["id"], excluding=existing["id"] if existing is not None else None
+    )
+    if taken + guests <= event["capacity_limit"]:
+        return status
+    if event["allow_waitlist"]:
+        return "waitlist"
+    raise ApiError(
+        "capacity_reached", "The event is full and its waitlist is closed.",
+        param="status", details={"value": status},
+    )
+
+
+async def update_settings(db: Database, event: asyncpg.Record, data: RsvpSettingsUpdate
+                          ) -> None:
+    """Lowering capacity below the attendees keeps their RSVPs; it only refuses new ones."""
+    changes = data.model_dump(exclude_unset=True)
+    merged: dict[str, Any] = {k: event[k] for k in SETTINGS} | changes
+    if merged["enable_capacity_limit"] and merged["capacity_limit"] is None:
+        raise ApiError(
+            "field_dependency", "A capacity limit needs `capacity_limit`.",
+            param="capacity_limit",
+        )
+    await event_store.update(db, event["id"], changes)

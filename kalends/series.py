@@ -1,0 +1,106 @@
+"""Series: request shapes, permission, membership and deletion."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import asyncpg
+from pydantic import Field, StringConstraints
+
+from db import series as store
+from db.database import Database
+from kalends import ids
+from kalends.auth import Viewer
+from kalends.errors import ApiError, conflict, forbidden, not_found
+from kalends.events import Slug
+from kalends.profiles import Description
+from kalends.validation import Body, id_of
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
+
+
+class SeriesUpdate(Body):
+    name: Name = Field(default=None)  # type: ignore[assignment]
+    slug: Slug = Field(default=None)  # type: ignore[assignment]
+    description: Description | None = None
+    is_private: bool = Field(default=None)  # type: ignore[assignment]
+
+
+class SeriesCreate(SeriesUpdate):
+    name: Name
+    slug: Slug
+
+
+class SeriesEventLink(Body):
+    event_id: id_of("evt")  # type: ignore[valid-type]
+
+
+def check_visible(row: asyncpg.Record | None) -> asyncpg.Record:
+    """Rows come from loaders that return visible series only."""
+    if row is None:
+        raise not_found("series", param="series_id")
+    return row
+
+
+def check_administrable(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.Record:
+    row = check_visible(row)
+    if row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin"):
+        return row
+    if row["viewer_role"] == "member":
+        raise forbidden("Only the profile's owner or its organization's owners and admins "
+                        "may change its series.")
+    raise not_found("series", param="series_id")
+
+
+def _slug_taken(slug: str) -> ApiError:
+    return conflict(f"The slug `{slug}` is already used by a series of this profile.",
+                    param="slug")
+
+
+async def create(db: Database, profile: asyncpg.Record, data: SeriesCreate) -> str:
+    series_id = ids.new_id("ser")
+    try:
+        await store.insert(db, series_id, profile["id"], data.model_dump(exclude_unset=True))
+    except asyncpg.UniqueViolationError:
+        raise _slug_taken(data.slug) from None
+    return series_id
+
+
+async def update(db: Database, row: asyncpg.Record, data: SeriesUpdate) -> None:
+    try:
+        await store.update(db, row["id"], data.model_dump(exclude_unset=True))
+    except asyncpg.UniqueViolationError:
+        raise _slug_taken(data.slug) from None
+
+
+async def delete(db: Database, row: asyncpg.Record, *, cascade_exclusive_events: bool
+                 ) -> dict[str, int]:
+    """Events in no other series go too only with `cascade_exclusive_events`;
+    events shared with another series always stay."""
+    async with db.transaction() as tx:
+        members, deleted = await store.delete(
+            tx, row["id"], cascade_exclusive_events=cascade_exclusive_events
+        )
+    return {"member_count": members, "deleted_event_count": deleted,
+            "preserved_event_count": members - deleted}
+
+
+async def link(db: Database, series: asyncpg.Record, event: asyncpg.Record) -> None:
+    if event["profile_id"] != series["profile_id"]:
+        raise ApiError(
+            "invalid_field", "A series holds events of its own profile only.",
+            param="event_id", details={"value": event["id"]},
+        )
+    try:
+        await store.link(db, series["id"], event["id"])
+    except asyncpg.ForeignKeyViolationError as exc:
+        # The series or the event was deleted between the check and the link.
+        if exc.constraint_name == "series_events_series_id_fkey":
+            raise not_found("series", param="series_id") from None
+        raise not_found("event", param="event_id") from None
+
+
+async def unlink(db: Database, series: asyncpg.Record, event_id: str) -> None:
+    """Removes the link only, never the event."""
+    if not await store.unlink(db, series["id"], event_id):
+        raise not_found("event in this series", param="event_id")

@@ -1,0 +1,127 @@
+"""Events, series and RSVPs as MCP tools: the same operations, rules and envelopes as REST."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import httpx2
+import orjson
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, TextContent
+
+ISSUE_OPERATIONS = """
+listProfileEvents createProfileEvent listProfileSeries createProfileSeries listEvents
+createEvent getEvent updateEvent deleteEvent cancelEvent rescheduleEvent listEventRsvps
+createEventRsvp updateEventRsvp deleteEventRsvp getEventRsvpStats getEventRsvpSettings
+updateEventRsvpSettings listSeries getSeries updateSeries deleteSeries previewSeriesDeletion
+listSeriesEvents addSeriesEvent removeSeriesEvent
+""".split()
+
+
+def _body(result: CallToolResult) -> Any:
+    [block] = result.content
+    assert isinstance(block, TextContent)
+    assert orjson.loads(block.text) == result.structured_content
+    return result.structured_content
+
+
+def _ok(result: CallToolResult) -> Any:
+    assert result.is_error is False, result.structured_content
+    return _body(result)
+
+
+def _error(result: CallToolResult, code: str, param: str | None = None) -> dict[str, Any]:
+    assert result.is_error is True, result.structured_content
+    error: dict[str, Any] = _body(result)["error"]
+    assert error["code"] == code, error
+    if param is not None:
+        assert error.get("param") == param, error
+    return error
+
+
+async def _tools(client: Client) -> dict[str, Any]:
+    tools: dict[str, Any] = {}
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools.update({t.name: t for t in page.tools})
+        cursor = page.next_cursor
+        if cursor is None:
+            return tools
+
+
+async def test_events_series_and_rsvps_as_tools(live_server: Any, user: Any) -> None:
+    async with (
+        httpx2.AsyncClient(headers=user.headers) as http,
+        Client(streamable_http_client(live_server.url + "/mcp-developer", http_client=http),
+               cache=None) as client,
+    ):
+        tools = await _tools(client)
+        assert set(ISSUE_OPERATIONS) <= set(tools)
+        # Input schemas carry the ID patterns, and the time fields are described for agents.
+        create_schema = tools["createEvent"].input_schema
+        assert "profile_id" in create_schema["required"]
+        assert "pattern" in create_schema["properties"]["profile_id"]
+        assert tools["getEvent"].annotations.read_only_hint is True
+        assert tools["deleteEvent"].annotations.destructive_hint is True
+
+        profile = _ok(await client.call_tool(
+            "createProfile", {"platform_id": "mcp-ev-" + secrets.token_hex(4),
+                              "display_name": "MCP events"}))
+        when = {"start_time": "2026-03-08T02:30", "start_timezone": "America/New_York"}
+        gap = await client.call_tool(
+            "createProfileEvent", {"profile_id": profile["id"], "title": "In the gap", **when})
+        details = _error(gap, "nonexistent_local_time", "start_time")["details"]
+        assert details["gap_from"] == "2026-03-08T02:00:00-05:00"
+        assert details["gap_to"] == "2026-03-08T03:00:00-04:00"
+
+        event = _ok(await client.call_tool("createEvent", {
+            "profile_id": profile["id"], "title": "Jazz night",
+            "start_time": "2026-03-08T19:30", "start_timezone": "America/New_York",
+        }))
+        assert event["start_time"] == "2026-03-08T23:30:00Z"
+        assert event["slug"] == "jazz-night-2026-03-08"
+
+        expanded = _ok(await client.call_tool(
+            "getEvent", {"event_id": event["id"], "expand": "profile,rsvp_stats"}))
+        assert expanded["profile"]["id"] == profile["id"]
+        assert expanded["rsvp_stats"]["going"] == 0
+        assert "series" not in expanded
+        _error(await client.call_tool("getEvent", {"event_id": event["id"], "expand": "owner"}),
+               "invalid_expand", "expand")
+
+        rsvp = _ok(await client.call_tool(
+            "createEventRsvp", {"event_id": event["id"], "status": "going"}))
+        assert rsvp["event_id"] == event["id"] and rsvp["status"] == "going"
+        again = _ok(await client.call_tool(
+            "createEventRsvp", {"event_id": event["id"], "status": "maybe"}))
+        assert again["id"] == rsvp["id"] and again["status"] == "maybe"
+
+        series = _ok(await client.call_tool(
+            "createProfileSeries", {"profile_id": profile["id"], "name": "Season",
+                                    "slug": "season"}))
+        linked = _ok(await client.call_tool(
+            "addSeriesEvent", {"series_id": series["id"], "event_id": event["id"]}))
+        assert linked == {"status": "linked"}
+        listed = _ok(await client.call_tool("listSeriesEvents", {"series_id": series["id"]}))
+        assert [e["id"] for e in listed["data"]] == [event["id"]]
+        removed = _ok(await client.call_tool(
+            "removeSeriesEvent", {"series_id": series["id"], "event_id": event["id"]}))
+        assert removed == {"status": "removed"}
+
+        cancelled = _ok(await client.call_tool(
+            "cancelEvent", {"event_id": event["id"], "reason": "Storm"}))
+        assert cancelled["status"] == "cancelled"
+        _error(await client.call_tool("updateEvent", {"event_id": event["id"], "title": "x"}),
+               "event_cancelled")
+
+        deletion = _ok(await client.call_tool(
+            "deleteSeries", {"series_id": series["id"], "cascade_exclusive_events": True}))
+        assert deletion == {"member_count": 0, "deleted_event_count": 0,
+                            "preserved_event_count": 0}
+        assert _ok(await client.call_tool("deleteEvent", {"event_id": event["id"]})) == {
+            "status": "deleted"}
+        _error(await client.call_tool("getEvent", {"event_id": event["id"]}),
+               "resource_not_found")
