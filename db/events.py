@@ -1,12 +1,5 @@
-"""Events. Every read carries what visibility and permission need (the owning
-profile's owner, privacy and deletion, and the viewer's role in its
-organization), so neither costs a second query.
-
-Visibility is decided here, in SQL, once for every list and lookup: an event is
-seen by the people who run its profile (owner and organization members; once
-the profile is deleted, only its owner and administrators), and by everyone
-else only when the event and its profile are public and the profile is live.
-"""
+"""Events. Every read carries what visibility and permission need (see
+db/visibility.py), so neither costs a second query."""
 
 from __future__ import annotations
 
@@ -16,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from db import visibility
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -25,27 +19,8 @@ _COLUMNS = """
     e.require_rsvp, e.require_payment, e.cancellation_reason, e.cancelled_at,
     e.is_rescheduled, e.transparency, e.enable_capacity_limit, e.capacity_limit,
     e.allow_waitlist, e.allow_multiple_attendees, e.allow_notifications,
-    e.created_at, e.updated_at,
-    p.owner_user_id, m.role AS viewer_role,
-    -- The profile is shown only where the viewer may see it (spec: profile_id null).
-    (p.deleted_at IS NULL AND (NOT p.is_private OR p.owner_user_id = {viewer}
-                               OR m.role IS NOT NULL)) AS profile_visible
+    e.created_at, e.updated_at
 """
-
-_FROM = """
-    FROM events e
-    JOIN profiles p ON p.id = e.profile_id
-    LEFT JOIN organization_members m
-      ON m.organization_id = p.organization_id AND m.user_id = {viewer}
-"""
-
-VISIBLE = """(
-    (p.deleted_at IS NULL
-     AND ((NOT e.is_private AND NOT p.is_private)
-          OR p.owner_user_id = {viewer} OR m.role IS NOT NULL))
-    OR (p.deleted_at IS NOT NULL
-        AND (p.owner_user_id = {viewer} OR m.role IN ('owner', 'admin')))
-)"""
 
 # Columns the domain layer may write.
 WRITABLE = (
@@ -58,13 +33,14 @@ WRITABLE = (
 
 
 def _select(viewer: str) -> str:
-    return f"SELECT {_COLUMNS.format(viewer=viewer)} {_FROM.format(viewer=viewer)}"
+    return (f"SELECT {_COLUMNS}, {visibility.columns(viewer)}"
+            f" FROM events e {visibility.join_profile('e', viewer)}")
 
 
 async def by_ids(db: Database | Tx, ids: Sequence[str], viewer_id: str) -> list[asyncpg.Record]:
     """The events among `ids` that the viewer may see."""
     return await db.fetch(
-        f"{_select('$2')} WHERE e.id = ANY($1::text[]) AND {VISIBLE.format(viewer='$2')}",
+        f"{_select('$2')} WHERE e.id = ANY($1::text[]) AND {visibility.visible('e', '$2')}",
         list(ids), viewer_id,
     )
 
@@ -86,7 +62,7 @@ async def page(
     return await db.fetch(
         f"""
         {_select('$1')}
-        WHERE {VISIBLE.format(viewer='$1')} {scope}
+        WHERE {visibility.visible('e', '$1')} {scope}
           AND ($2::timestamptz IS NULL OR (e.start_time, e.id) > ($2, $3))
         ORDER BY e.start_time, e.id
         LIMIT $4

@@ -1,6 +1,5 @@
-"""Series and their membership. Reads carry the same visibility columns as
-events (see db/events.py): a series is seen by the people who run its profile,
-and by everyone else only when it and its profile are public and live."""
+"""Series and their membership. Reads carry what visibility and permission
+need (see db/visibility.py), as event reads do."""
 
 from __future__ import annotations
 
@@ -10,40 +9,25 @@ from typing import Any
 
 import asyncpg
 
+from db import visibility
 from db.database import Database, Tx
 
 _COLUMNS = """
     s.id, s.profile_id, s.name, s.slug::text AS slug, s.description, s.is_private,
-    s.created_at, s.updated_at, p.owner_user_id, m.role AS viewer_role,
-    (p.deleted_at IS NULL AND (NOT p.is_private OR p.owner_user_id = {viewer}
-                               OR m.role IS NOT NULL)) AS profile_visible
+    s.created_at, s.updated_at
 """
-
-_FROM = """
-    FROM series s
-    JOIN profiles p ON p.id = s.profile_id
-    LEFT JOIN organization_members m
-      ON m.organization_id = p.organization_id AND m.user_id = {viewer}
-"""
-
-_VISIBLE = """(
-    (p.deleted_at IS NULL
-     AND ((NOT s.is_private AND NOT p.is_private)
-          OR p.owner_user_id = {viewer} OR m.role IS NOT NULL))
-    OR (p.deleted_at IS NOT NULL
-        AND (p.owner_user_id = {viewer} OR m.role IN ('owner', 'admin')))
-)"""
 
 WRITABLE = ("name", "slug", "description", "is_private")
 
 
 def _select(viewer: str) -> str:
-    return f"SELECT {_COLUMNS.format(viewer=viewer)} {_FROM.format(viewer=viewer)}"
+    return (f"SELECT {_COLUMNS}, {visibility.columns(viewer)}"
+            f" FROM series s {visibility.join_profile('s', viewer)}")
 
 
 async def by_ids(db: Database | Tx, ids: Sequence[str], viewer_id: str) -> list[asyncpg.Record]:
     return await db.fetch(
-        f"{_select('$2')} WHERE s.id = ANY($1::text[]) AND {_VISIBLE.format(viewer='$2')}",
+        f"{_select('$2')} WHERE s.id = ANY($1::text[]) AND {visibility.visible('s', '$2')}",
         list(ids), viewer_id,
     )
 
@@ -53,12 +37,10 @@ async def of_events(db: Database, event_ids: Sequence[str], viewer_id: str
     """Visible series of each event, with `event_id`, in creation order."""
     return await db.fetch(
         f"""
-        SELECT se.event_id, {_COLUMNS.format(viewer='$2')}
+        SELECT se.event_id, {_COLUMNS}, {visibility.columns('$2')}
         FROM series_events se JOIN series s ON s.id = se.series_id
-        JOIN profiles p ON p.id = s.profile_id
-        LEFT JOIN organization_members m
-          ON m.organization_id = p.organization_id AND m.user_id = $2
-        WHERE se.event_id = ANY($1::text[]) AND {_VISIBLE.format(viewer='$2')}
+        {visibility.join_profile('s', '$2')}
+        WHERE se.event_id = ANY($1::text[]) AND {visibility.visible('s', '$2')}
         ORDER BY s.created_at, s.id
         """,
         list(event_ids), viewer_id,
@@ -76,7 +58,7 @@ async def page(
         scope = ("p.deleted_at IS NULL AND (p.owner_user_id = $1 OR m.role IN ('owner', 'admin'))"
                  " AND $5::text IS NULL")
     else:
-        scope = f"s.profile_id = $5 AND {_VISIBLE.format(viewer='$1')}"
+        scope = f"s.profile_id = $5 AND {visibility.visible('s', '$1')}"
     return await db.fetch(
         f"""
         {_select('$1')}
