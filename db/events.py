@@ -33,8 +33,7 @@ WRITABLE = (
 
 
 def _select(viewer: str) -> str:
-    return (f"SELECT {_COLUMNS}, {visibility.columns(viewer)}"
-            f" FROM events e {visibility.join_profile('e', viewer)}")
+    return visibility.select(_COLUMNS, "events", "e", viewer)
 
 
 async def by_ids(db: Database | Tx, ids: Sequence[str], viewer_id: str) -> list[asyncpg.Record]:

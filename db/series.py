@@ -21,8 +21,7 @@ WRITABLE = ("name", "slug", "description", "is_private")
 
 
 def _select(viewer: str) -> str:
-    return (f"SELECT {_COLUMNS}, {visibility.columns(viewer)}"
-            f" FROM series s {visibility.join_profile('s', viewer)}")
+    return visibility.select(_COLUMNS, "series", "s", viewer)
 
 
 async def by_ids(db: Database | Tx, ids: Sequence[str], viewer_id: str) -> list[asyncpg.Record]:

@@ -11,6 +11,11 @@ that holds the viewer's user id.
 from __future__ import annotations
 
 
+def select(columns_: str, table: str, item: str, viewer: str) -> str:
+    """`SELECT columns_ + visibility columns FROM table item` joined to its profile."""
+    return f"SELECT {columns_}, {columns(viewer)} FROM {table} {item} {join_profile(item, viewer)}"
+
+
 def join_profile(item: str, viewer: str) -> str:
     return f"""
     JOIN profiles p ON p.id = {item}.profile_id

@@ -11,13 +11,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-ISSUE_OPERATIONS = """
-listProfileEvents createProfileEvent listProfileSeries createProfileSeries listEvents
-createEvent getEvent updateEvent deleteEvent cancelEvent rescheduleEvent listEventRsvps
-createEventRsvp updateEventRsvp deleteEventRsvp getEventRsvpStats getEventRsvpSettings
-updateEventRsvpSettings listSeries getSeries updateSeries deleteSeries previewSeriesDeletion
-listSeriesEvents addSeriesEvent removeSeriesEvent
-""".split()
+ISSUE_OPERATIONS = ["listProfileEvents", "createProfileEvent", "listProfileSeries", "createProfileSeries", "listEvents", "createEvent", "getEvent", "updateEvent", "deleteEvent", "cancelEvent", "rescheduleEvent", "listEventRsvps", "createEventRsvp", "updateEventRsvp", "deleteEventRsvp", "getEventRsvpStats", "getEventRsvpSettings", "updateEventRsvpSettings", "listSeries", "getSeries", "updateSeries", "deleteSeries", "previewSeriesDeletion", "listSeriesEvents", "addSeriesEvent", "removeSeriesEvent"]
 
 
 def _body(result: CallToolResult) -> Any:
