@@ -198,3 +198,47 @@ def assert_error(status: int, body: Any, expected_status: int, code: str,
     if param is not None:
         assert error.get("param") == param, error
     return error  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------
+# REST helpers shared by the test modules: import them, `from conftest import ...`.
+
+
+def handle(prefix: str = "p") -> str:
+    """A fresh platform handle (or slug): `prefix` plus ten random hex digits."""
+    return f"{prefix}-{secrets.token_hex(5)}"
+
+
+async def new_profile(api: Api, user: User, **fields: Any) -> dict[str, Any]:
+    """A profile made through `POST /v1/profiles`; `fields` go over the default body."""
+    body = {"platform_id": handle(), "display_name": "A profile", **fields}
+    status, created, _ = await api.post("/v1/profiles", user, json=body)
+    assert status == 201, created
+    return created  # type: ignore[no-any-return]
+
+
+async def new_event(api: Api, user: User, profile: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """An event made through `POST /v1/profiles/{id}/events`; `fields` go over the default body."""
+    body = {"title": "Concert", "start_time": "2031-05-06T10:00", "start_timezone": "Europe/Paris",
+            **fields}
+    status, created, _ = await api.post(f"/v1/profiles/{profile['id']}/events", user, json=body)
+    assert status == 201, created
+    return created  # type: ignore[no-any-return]
+
+
+async def walk(api: Api, path: str, user: User | None, limit: int = 100) -> list[dict[str, Any]]:
+    """Every item of a list, following `next_cursor` page by page to the end, and
+    each page's envelope checked on the way."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
+        status, page, _ = await api.get(path, user, params=params)
+        assert status == 200, page
+        assert set(page) == {"data", "has_more", "next_cursor"}, page
+        assert len(page["data"]) <= limit, page
+        assert (page["next_cursor"] is None) == (not page["has_more"]), page
+        items += page["data"]
+        if not page["has_more"]:
+            return items
+        cursor = page["next_cursor"]

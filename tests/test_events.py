@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from conftest import assert_error
+from conftest import assert_error, new_event, new_profile, walk
 
 from kalends import accounts
 
@@ -40,39 +40,14 @@ TIMED = {"title": "Jazz Night", "start_time": "2026-03-08T19:30", "start_timezon
 # Helpers
 
 
-async def new_profile(api: Any, user: Any, **fields: Any) -> dict[str, Any]:
-    body = {"platform_id": f"ev-{secrets.token_hex(6)}", "display_name": "Venue", **fields}
-    status, created, _ = await api.post("/v1/profiles", user, json=body)
-    assert status == 201, created
-    return created  # type: ignore[no-any-return]
-
-
-async def new_event(api: Any, user: Any, profile_id: str, **fields: Any) -> dict[str, Any]:
-    body = {**TIMED, **fields}
-    status, created, _ = await api.post(f"/v1/profiles/{profile_id}/events", user, json=body)
-    assert status == 201, created
-    return created  # type: ignore[no-any-return]
+def timed(**fields: Any) -> dict[str, Any]:
+    """The body of TIMED with `fields` over it."""
+    return {**TIMED, **fields}
 
 
 async def setup(api: Any, make_user: Any, **profile_fields: Any) -> tuple[Any, dict[str, Any]]:
     owner = await make_user()
     return owner, await new_profile(api, owner, **profile_fields)
-
-
-async def walk(api: Any, path: str, user: Any, limit: int = 100) -> list[dict[str, Any]]:
-    """Every item of a list, page by page."""
-    items: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        params = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
-        status, page, _ = await api.get(path, user, params=params)
-        assert status == 200, page
-        assert set(page) == {"data", "has_more", "next_cursor"}
-        assert (page["next_cursor"] is None) == (not page["has_more"])
-        items += page["data"]
-        if not page["has_more"]:
-            return items
-        cursor = page["next_cursor"]
 
 
 async def profile_event_ids(api: Any, user: Any, profile_id: str) -> list[str]:
@@ -201,7 +176,7 @@ async def test_organization_member_may_not_create(live_server: Any, api: Any, ma
 async def test_organization_admin_may_create(live_server: Any, api: Any, make_user: Any) -> None:
     owner, admin, org = await org_with(live_server, make_user, "admin")
     profile = await new_profile(api, owner, organization_id=org)
-    event = await new_event(api, admin, profile["id"])
+    event = await new_event(api, admin, profile, **TIMED)
     assert event["profile_id"] == profile["id"]
 
 
@@ -236,7 +211,7 @@ async def test_start_time_resolves_to_utc(
     api: Any, make_user: Any, start_time: str, expected: str
 ) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], start_time=start_time)
+    event = await new_event(api, owner, profile, **timed(start_time=start_time))
     assert event["start_time"] == expected
     assert event["start_timezone"] == NY
 
@@ -361,7 +336,7 @@ async def test_end_in_another_zone_is_compared_as_an_instant(api: Any, make_user
     )
     assert_error(status, body, 400, "invalid_time_range")
     event = await new_event(
-        api, owner, profile["id"], end_time="2026-03-09T02:00", end_timezone="Europe/London"
+        api, owner, profile, **timed(end_time="2026-03-09T02:00", end_timezone="Europe/London")
     )
     assert event["end_time"] == "2026-03-09T02:00:00Z"
     assert event["end_timezone"] == "Europe/London"
@@ -369,7 +344,7 @@ async def test_end_in_another_zone_is_compared_as_an_instant(api: Any, make_user
 
 async def test_end_timezone_is_filled_on_create_only(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], start_timezone="Europe/Paris")
+    event = await new_event(api, owner, profile, **timed(start_timezone="Europe/Paris"))
     assert event["end_time"] is None  # a point in time
     assert event["end_timezone"] == "Europe/Paris"
     assert event["start_time"] == "2026-03-08T18:30:00Z"
@@ -388,7 +363,7 @@ async def test_end_timezone_is_filled_on_create_only(api: Any, make_user: Any) -
 async def test_update_of_start_zone_keeps_a_different_end_zone(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     event = await new_event(
-        api, owner, profile["id"], end_time="2026-03-09T02:00", end_timezone="Europe/London"
+        api, owner, profile, **timed(end_time="2026-03-09T02:00", end_timezone="Europe/London")
     )
     status, moved, _ = await api.patch(
         f"/v1/events/{event['id']}", owner,
@@ -474,9 +449,9 @@ async def test_bad_all_day_fields(
 
 async def test_recurrence_rule_is_stored(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], recurrence_rule="FREQ=WEEKLY;BYDAY=SU;COUNT=10")
+    event = await new_event(api, owner, profile, **timed(recurrence_rule="FREQ=WEEKLY;BYDAY=SU;COUNT=10"))
     assert event["recurrence_rule"] == "FREQ=WEEKLY;BYDAY=SU;COUNT=10"
-    prefixed = await new_event(api, owner, profile["id"], recurrence_rule="RRULE:FREQ=MONTHLY;BYDAY=2TU")
+    prefixed = await new_event(api, owner, profile, **timed(recurrence_rule="RRULE:FREQ=MONTHLY;BYDAY=2TU"))
     assert prefixed["recurrence_rule"] == "RRULE:FREQ=MONTHLY;BYDAY=2TU"
     assert (await api.get(f"/v1/events/{event['id']}", owner))[1]["recurrence_rule"] == (
         "FREQ=WEEKLY;BYDAY=SU;COUNT=10"
@@ -506,7 +481,7 @@ async def test_invalid_recurrence_rule_creates_nothing(api: Any, make_user: Any,
 
 async def test_recurrence_rule_update_and_clear(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], recurrence_rule="FREQ=DAILY;COUNT=3")
+    event = await new_event(api, owner, profile, **timed(recurrence_rule="FREQ=DAILY;COUNT=3"))
     path = f"/v1/events/{event['id']}"
     status, body, _ = await api.patch(path, owner, json={"recurrence_rule": "FREQ=MINUTELY"})
     assert_error(status, body, 400, "invalid_recurrence_rule", param="recurrence_rule")
@@ -525,12 +500,12 @@ async def test_recurrence_rule_update_and_clear(api: Any, make_user: Any) -> Non
 
 async def test_slug_uses_the_date_in_the_events_zone(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    late = await new_event(api, owner, profile["id"], title="Late Show!", start_time="2026-03-08T23:30")
+    late = await new_event(api, owner, profile, **timed(title="Late Show!", start_time="2026-03-08T23:30"))
     assert late["start_time"] == "2026-03-09T03:30:00Z"
     assert late["slug"] == "late-show-2026-03-08"
     tokyo = await new_event(
-        api, owner, profile["id"], title="Early  Bird", start_time="2026-03-09T06:00",
-        start_timezone="Asia/Tokyo",
+        api, owner, profile,
+        **timed(title="Early  Bird", start_time="2026-03-09T06:00", start_timezone="Asia/Tokyo"),
     )
     assert tokyo["start_time"] == "2026-03-08T21:00:00Z"
     assert tokyo["slug"] == "early-bird-2026-03-09"
@@ -538,7 +513,7 @@ async def test_slug_uses_the_date_in_the_events_zone(api: Any, make_user: Any) -
 
 async def test_derived_slugs_take_the_next_free_suffix(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    slugs = [(await new_event(api, owner, profile["id"]))["slug"] for _ in range(3)]
+    slugs = [(await new_event(api, owner, profile, **TIMED))["slug"] for _ in range(3)]
     assert slugs == ["jazz-night-2026-03-08", "jazz-night-2026-03-08-2", "jazz-night-2026-03-08-3"]
 
 
@@ -556,7 +531,7 @@ async def test_concurrent_creates_derive_distinct_slugs(api: Any, make_user: Any
 async def test_explicit_slugs(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     other_owner, other_profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], slug="opening_Night-1")
+    event = await new_event(api, owner, profile, **timed(slug="opening_Night-1"))
     assert event["slug"] == "opening_Night-1"
     # Taken in this profile, whatever the case: 409, never silently renamed.
     status, body, _ = await api.post(
@@ -566,13 +541,13 @@ async def test_explicit_slugs(api: Any, make_user: Any) -> None:
     assert error["type"] == "conflict_error"
     assert await profile_event_ids(api, owner, profile["id"]) == [event["id"]]
     # Another profile may use it.
-    assert (await new_event(api, other_owner, other_profile["id"], slug="opening_Night-1"))["slug"] == "opening_Night-1"
+    assert (await new_event(api, other_owner, other_profile, **timed(slug="opening_Night-1")))["slug"] == "opening_Night-1"
 
 
 async def test_slug_taken_on_update_is_409(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    first = await new_event(api, owner, profile["id"], slug="first")
-    second = await new_event(api, owner, profile["id"], slug="second")
+    first = await new_event(api, owner, profile, **timed(slug="first"))
+    second = await new_event(api, owner, profile, **timed(slug="second"))
     status, body, _ = await api.patch(f"/v1/events/{second['id']}", owner, json={"slug": "FIRST"})
     assert_error(status, body, 409, "conflict", param="slug")
     assert (await api.get(f"/v1/events/{second['id']}", owner))[1] == second
@@ -588,7 +563,7 @@ async def test_reserved_slugs(api: Any, make_user: Any, slug: str) -> None:
     )
     assert_error(status, body, 400, "reserved_slug", param="slug")
     assert await profile_event_ids(api, owner, profile["id"]) == []
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     status, body, _ = await api.patch(f"/v1/events/{event['id']}", owner, json={"slug": slug})
     assert_error(status, body, 400, "reserved_slug", param="slug")
     assert (await api.get(f"/v1/events/{event['id']}", owner))[1] == event
@@ -611,9 +586,9 @@ async def test_stranger_sees_public_events_of_public_profiles_only(api: Any, mak
     owner, public_profile = await setup(api, make_user)
     private_profile = await new_profile(api, owner, is_private=True)
     stranger = await make_user()
-    public = await new_event(api, owner, public_profile["id"], title="Open")
-    private = await new_event(api, owner, public_profile["id"], title="Hidden", is_private=True)
-    on_private = await new_event(api, owner, private_profile["id"], title="Members")
+    public = await new_event(api, owner, public_profile, **timed(title="Open"))
+    private = await new_event(api, owner, public_profile, **timed(title="Hidden", is_private=True))
+    on_private = await new_event(api, owner, private_profile, **timed(title="Members"))
 
     status, seen, _ = await api.get(f"/v1/events/{public['id']}", stranger)
     assert status == 200 and seen == public
@@ -638,7 +613,7 @@ async def test_stranger_sees_public_events_of_public_profiles_only(api: Any, mak
 async def test_organization_members_see_private_events(live_server: Any, api: Any, make_user: Any) -> None:
     owner, member, org = await org_with(live_server, make_user, "member")
     profile = await new_profile(api, owner, organization_id=org, is_private=True)
-    private = await new_event(api, owner, profile["id"], is_private=True)
+    private = await new_event(api, owner, profile, **timed(is_private=True))
     status, seen, _ = await api.get(f"/v1/events/{private['id']}", member)
     assert status == 200 and seen == private
     assert await profile_event_ids(api, member, profile["id"]) == [private["id"]]
@@ -648,7 +623,7 @@ async def test_organization_members_see_private_events(live_server: Any, api: An
 async def test_events_of_a_deleted_profile(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     stranger = await make_user()
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     assert (await api.get(f"/v1/events/{event['id']}", stranger))[0] == 200
     assert (await api.delete(f"/v1/profiles/{profile['id']}", owner))[0] == 204
 
@@ -673,7 +648,7 @@ async def test_profile_list_is_ordered_by_start_time_then_id(api: Any, make_user
     owner, profile = await setup(api, make_user)
     starts = ["2026-05-03T10:00", "2026-05-01T10:00", "2026-05-02T10:00", "2026-05-01T10:00",
               "2026-04-30T23:00"]
-    made = [await new_event(api, owner, profile["id"], start_time=s, start_timezone="UTC")
+    made = [await new_event(api, owner, profile, **timed(start_time=s, start_timezone="UTC"))
             for s in starts]
     expected = [e["id"] for e in sorted(made, key=lambda e: (e["start_time"], e["id"]))]
     assert await profile_event_ids(api, owner, profile["id"]) == expected
@@ -692,7 +667,7 @@ async def test_profile_list_is_ordered_by_start_time_then_id(api: Any, make_user
 async def test_pages_walk_every_event_once(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     for day in (7, 3, 5, 1, 6, 2, 4, 3):
-        await new_event(api, owner, profile["id"], start_time=f"2026-06-0{day}T12:00")
+        await new_event(api, owner, profile, **timed(start_time=f"2026-06-0{day}T12:00"))
     expected = await profile_event_ids(api, owner, profile["id"])
     assert len(expected) == 8
     paged = [e["id"] for e in await walk(api, f"/v1/profiles/{profile['id']}/events", owner, limit=3)]
@@ -706,12 +681,12 @@ async def test_pages_walk_every_event_once(api: Any, make_user: Any) -> None:
 async def test_inserts_during_a_walk_are_not_skipped_or_repeated(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     for day in (10, 11, 12, 13):
-        await new_event(api, owner, profile["id"], start_time=f"2026-06-{day}T12:00")
+        await new_event(api, owner, profile, **timed(start_time=f"2026-06-{day}T12:00"))
     path = f"/v1/profiles/{profile['id']}/events"
     status, first, _ = await api.get(path, owner, params={"limit": "2"})
     assert status == 200 and first["has_more"] is True
-    late = await new_event(api, owner, profile["id"], start_time="2026-06-20T12:00")
-    await new_event(api, owner, profile["id"], start_time="2026-06-01T12:00")  # before the cursor
+    late = await new_event(api, owner, profile, **timed(start_time="2026-06-20T12:00"))
+    await new_event(api, owner, profile, **timed(start_time="2026-06-01T12:00"))  # before the cursor
     seen = [e["id"] for e in first["data"]]
     cursor = first["next_cursor"]
     while cursor:
@@ -728,7 +703,7 @@ async def test_cursors_are_bound_to_their_list_and_tamper_evident(api: Any, make
     other = await new_profile(api, owner)
     for p in (profile, other):
         for _ in range(2):
-            await new_event(api, owner, p["id"])
+            await new_event(api, owner, p, **TIMED)
     status, page, _ = await api.get(f"/v1/profiles/{profile['id']}/events", owner, params={"limit": "1"})
     assert status == 200
     cursor = page["next_cursor"]
@@ -765,7 +740,7 @@ async def test_limit_bounds(api: Any, make_user: Any, limit: str) -> None:
 
 async def test_default_page_size_is_20(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    await asyncio.gather(*(new_event(api, owner, profile["id"]) for _ in range(21)))
+    await asyncio.gather(*(new_event(api, owner, profile, **TIMED) for _ in range(21)))
     status, page, _ = await api.get(f"/v1/profiles/{profile['id']}/events", owner)
     assert status == 200 and len(page["data"]) == 20 and page["has_more"] is True
     status, page, _ = await api.get(f"/v1/profiles/{profile['id']}/events", owner, params={"limit": "100"})
@@ -774,7 +749,7 @@ async def test_default_page_size_is_20(api: Any, make_user: Any) -> None:
 
 async def test_recurring_events_are_listed_once(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], recurrence_rule="FREQ=DAILY;COUNT=30")
+    event = await new_event(api, owner, profile, **timed(recurrence_rule="FREQ=DAILY;COUNT=30"))
     assert await profile_event_ids(api, owner, profile["id"]) == [event["id"]]
     assert (await global_ids(api, owner)).count(event["id"]) == 1
     status, fetched, _ = await api.get(f"/v1/events/{event['id']}", owner)
@@ -789,7 +764,7 @@ async def test_list_pages_cost_a_constant_number_of_queries(
     live_server: Any, api: Any, make_user: Any
 ) -> None:
     owner, profile = await setup(api, make_user)
-    await asyncio.gather(*(new_event(api, owner, profile["id"]) for _ in range(100)))
+    await asyncio.gather(*(new_event(api, owner, profile, **TIMED) for _ in range(100)))
 
     async def queries(path: str, limit: int) -> int:
         before = live_server.db.query_count
@@ -810,7 +785,7 @@ async def test_retrieve_with_expansions_costs_a_constant_number_of_queries(
     live_server: Any, api: Any, make_user: Any
 ) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     before = live_server.db.query_count
     assert (await api.get(f"/v1/events/{event['id']}", owner))[0] == 200
     assert live_server.db.query_count - before == 2
@@ -830,7 +805,7 @@ async def test_retrieve_with_expansions_costs_a_constant_number_of_queries(
 async def test_each_expansion_adds_one_key(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     attendee = await make_user()
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     status, series, _ = await api.post(
         f"/v1/profiles/{profile['id']}/series", owner, json={"name": "Season", "slug": "season"}
     )
@@ -877,7 +852,7 @@ async def test_each_expansion_adds_one_key(api: Any, make_user: Any) -> None:
 
 async def test_an_event_in_no_series_expands_to_an_empty_list(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     status, body, _ = await api.get(f"/v1/events/{event['id']}", owner, params={"expand": "series"})
     assert status == 200 and body["series"] == []
 
@@ -888,7 +863,7 @@ async def test_an_event_in_no_series_expands_to_an_empty_list(api: Any, make_use
 )
 async def test_bad_expand(api: Any, make_user: Any, expand: str) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     status, body, _ = await api.get(path, owner, params={"expand": expand})
     assert_error(status, body, 400, "invalid_expand", param="expand")
@@ -902,7 +877,7 @@ async def test_bad_expand(api: Any, make_user: Any, expand: str) -> None:
 
 async def test_expand_on_update_and_delete(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     status, body, _ = await api.patch(
         path, owner, params={"expand": "profile,rsvp_stats"}, json={"title": "Renamed"}
@@ -922,8 +897,8 @@ async def test_expand_on_update_and_delete(api: Any, make_user: Any) -> None:
 
 async def test_empty_patch_changes_nothing(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], end_time="2026-03-08T21:00", end_timezone=NY,
-                            description="d", recurrence_rule="FREQ=WEEKLY")
+    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY,
+                                                          description="d", recurrence_rule="FREQ=WEEKLY"))
     status, same, _ = await api.patch(f"/v1/events/{event['id']}", owner, json={})
     assert status == 200
     assert without_updated_at(same) == without_updated_at(event)
@@ -932,7 +907,7 @@ async def test_empty_patch_changes_nothing(api: Any, make_user: Any) -> None:
 
 async def test_patch_updates_the_fields_sent(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], description="old", location="Hall")
+    event = await new_event(api, owner, profile, **timed(description="old", location="Hall"))
     changes = {
         "title": "New title", "description": None, "image_url": "https://img.example/n.png",
         "is_private": True, "require_rsvp": True, "transparency": "transparent", "slug": "new-slug",
@@ -972,7 +947,7 @@ async def test_bad_updates_change_nothing(
     api: Any, make_user: Any, body: dict[str, Any], code: str, param: str | None
 ) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     status, error, _ = await api.patch(f"/v1/events/{event['id']}", owner, json=body)
     assert_error(status, error, 400, code, param=param)
     assert (await api.get(f"/v1/events/{event['id']}", owner))[1] == event
@@ -982,13 +957,13 @@ async def test_patch_by_others(live_server: Any, api: Any, make_user: Any) -> No
     owner, member, org = await org_with(live_server, make_user, "member")
     stranger = await make_user()
     profile = await new_profile(api, owner, organization_id=org)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     status, body, _ = await api.patch(path, stranger, json={"title": "hijacked"})
     assert_error(status, body, 404, "resource_not_found")
     status, body, _ = await api.patch(path, member, json={"title": "hijacked"})
     assert_error(status, body, 403, "forbidden")
-    private = await new_event(api, owner, profile["id"], is_private=True)
+    private = await new_event(api, owner, profile, **timed(is_private=True))
     status, body, _ = await api.patch(f"/v1/events/{private['id']}", stranger, json={"title": "x"})
     assert_error(status, body, 404, "resource_not_found")
     assert (await api.get(path, owner))[1] == event
@@ -998,7 +973,7 @@ async def test_patch_by_others(live_server: Any, api: Any, make_user: Any) -> No
 
 async def test_moving_the_start_keeps_the_duration(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], end_time="2026-03-08T21:00", end_timezone=NY)
+    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
     path = f"/v1/events/{event['id']}"
     status, moved, _ = await api.patch(path, owner, json={"start_time": "2026-03-10T20:00", "start_timezone": NY})
     assert status == 200, moved
@@ -1012,7 +987,7 @@ async def test_moving_the_start_keeps_the_duration(api: Any, make_user: Any) -> 
 
 async def test_patch_makes_an_event_all_day(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     status, body, _ = await api.patch(path, owner, json={"is_all_day": True})
     assert_error(status, body, 400, "missing_field", param="start_date")
@@ -1029,7 +1004,7 @@ async def test_patch_makes_an_event_all_day(api: Any, make_user: Any) -> None:
 @pytest.mark.parametrize("payload", ["none", "empty", "reason"])
 async def test_cancel(api: Any, make_user: Any, payload: str) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     kwargs: dict[str, Any] = {"none": {}, "empty": {"json": {}}, "reason": {"json": {"reason": "Rain"}}}[payload]
     status, cancelled, _ = await api.post(f"/v1/events/{event['id']}/cancel", owner, **kwargs)
     assert status == 200, cancelled
@@ -1059,7 +1034,7 @@ async def test_malformed_cancel_does_not_cancel(
     api: Any, make_user: Any, kwargs: dict[str, Any], code: str, param: str | None
 ) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     status, body, _ = await api.post(f"/v1/events/{event['id']}/cancel", owner, **kwargs)
     assert_error(status, body, 400, code, param=param)
     status, fetched, _ = await api.get(f"/v1/events/{event['id']}", owner)
@@ -1069,7 +1044,7 @@ async def test_malformed_cancel_does_not_cancel(
 
 async def test_a_cancelled_event_is_frozen_until_rescheduled(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     status, cancelled, _ = await api.post(f"{path}/cancel", owner, json={"reason": "Storm"})
     assert status == 200
@@ -1086,7 +1061,7 @@ async def test_a_cancelled_event_is_frozen_until_rescheduled(api: Any, make_user
 async def test_cancel_keeps_rsvps(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     attendee = await make_user()
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     status, rsvp, _ = await api.post(f"/v1/events/{event['id']}/rsvps", attendee, json={"status": "going"})
     assert status == 201, rsvp
     assert (await api.post(f"/v1/events/{event['id']}/cancel", owner))[0] == 200
@@ -1100,7 +1075,7 @@ async def test_cancel_by_others(live_server: Any, api: Any, make_user: Any) -> N
     owner, member, org = await org_with(live_server, make_user, "member")
     stranger = await make_user()
     profile = await new_profile(api, owner, organization_id=org)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     status, body, _ = await api.post(f"{path}/cancel", stranger)
     assert_error(status, body, 404, "resource_not_found")
@@ -1123,7 +1098,7 @@ async def test_cancel_by_others(live_server: Any, api: Any, make_user: Any) -> N
 
 async def test_reschedule(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], end_time="2026-03-08T21:00", end_timezone=NY)
+    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
     status, moved, _ = await api.post(
         f"/v1/events/{event['id']}/reschedule", owner,
         json={"start_time": "2026-04-02T18:00", "start_timezone": "Europe/Paris",
@@ -1141,7 +1116,7 @@ async def test_reschedule(api: Any, make_user: Any) -> None:
 
 async def test_reschedule_without_an_end_keeps_the_duration(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], end_time="2026-03-08T21:00", end_timezone=NY)
+    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
     status, moved, _ = await api.post(
         f"/v1/events/{event['id']}/reschedule", owner,
         json={"start_time": "2026-03-09T10:00", "start_timezone": NY},
@@ -1154,7 +1129,7 @@ async def test_reschedule_without_an_end_keeps_the_duration(api: Any, make_user:
 
 async def test_reschedule_reopens_a_cancelled_event(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     assert (await api.post(f"{path}/cancel", owner, json={"reason": "Storm"}))[0] == 200
     status, reopened, _ = await api.post(
@@ -1196,7 +1171,7 @@ async def test_bad_reschedule_changes_nothing(
     api: Any, make_user: Any, body: dict[str, Any], code: str, param: str | None
 ) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     status, error, _ = await api.post(f"/v1/events/{event['id']}/reschedule", owner, json=body)
     assert_error(status, error, 400, code, param=param)
     assert (await api.get(f"/v1/events/{event['id']}", owner))[1] == event
@@ -1209,8 +1184,8 @@ async def test_bad_reschedule_changes_nothing(
 async def test_delete_removes_the_event_and_its_rsvps(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     attendee = await make_user()
-    event = await new_event(api, owner, profile["id"])
-    keep = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
+    keep = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     assert (await api.post(f"{path}/rsvps", attendee, json={"status": "going"}))[0] == 201
     status, body, headers = await api.delete(path, owner)
@@ -1230,7 +1205,7 @@ async def test_delete_by_others(live_server: Any, api: Any, make_user: Any) -> N
     owner, member, org = await org_with(live_server, make_user, "member")
     stranger = await make_user()
     profile = await new_profile(api, owner, organization_id=org)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     status, body, _ = await api.delete(path, stranger)
     assert_error(status, body, 404, "resource_not_found")
@@ -1242,7 +1217,7 @@ async def test_delete_by_others(live_server: Any, api: Any, make_user: Any) -> N
 async def test_organization_admin_may_delete(live_server: Any, api: Any, make_user: Any) -> None:
     owner, admin, org = await org_with(live_server, make_user, "admin")
     profile = await new_profile(api, owner, organization_id=org)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     assert (await api.delete(f"/v1/events/{event['id']}", admin))[:2] == (204, None)
     assert (await api.get(f"/v1/events/{event['id']}", owner))[0] == 404
 
@@ -1253,7 +1228,7 @@ async def test_organization_admin_may_delete(live_server: Any, api: Any, make_us
 
 async def test_ids_are_case_insensitive(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     upper = event["id"].upper()
     assert upper.startswith("EVT_")
     status, fetched, _ = await api.get(f"/v1/events/{upper}", owner)
@@ -1331,7 +1306,7 @@ async def test_deleted_profile_events_are_for_its_administrators_only(
     member = await make_user()
     live_server.admin(accounts.add_member, org, member.email, "member")
     profile = await new_profile(api, owner, organization_id=org, is_private=True)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     assert (await api.get(f"/v1/events/{event['id']}", member))[0] == 200
     assert (await api.delete(f"/v1/profiles/{profile['id']}", owner))[0] == 204
     for administrator in (owner, admin):
@@ -1346,7 +1321,7 @@ async def test_deleted_profile_events_are_for_its_administrators_only(
 async def test_making_an_event_private_hides_it(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     stranger = await make_user()
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     assert (await api.get(path, stranger))[0] == 200
     assert (await api.patch(path, owner, json={"is_private": True}))[0] == 200
@@ -1363,7 +1338,7 @@ async def test_making_an_event_private_hides_it(api: Any, make_user: Any) -> Non
 async def test_expand_series_shows_only_series_the_caller_may_see(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     stranger = await make_user()
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     made = []
     for slug, private in (("open-season", False), ("insiders", True)):
         status, series, _ = await api.post(
@@ -1403,7 +1378,7 @@ async def test_bad_idempotency_key_on_cancel_and_reschedule_changes_nothing(
     api: Any, make_user: Any
 ) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     path = f"/v1/events/{event['id']}"
     bad = {"Idempotency-Key": "bad key"}
     status, body, _ = await api.post(f"{path}/cancel", owner, json={"reason": "x"}, headers=bad)
@@ -1421,7 +1396,7 @@ async def test_bad_idempotency_key_on_cancel_and_reschedule_changes_nothing(
 
 async def test_cancel_reason_is_bounded(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile, **TIMED)
     status, body, _ = await api.post(f"/v1/events/{event['id']}/cancel", owner, json={"reason": "x" * 5001})
     assert_error(status, body, 400, "invalid_field", param="reason")
     assert (await api.get(f"/v1/events/{event['id']}", owner))[1] == event
@@ -1469,13 +1444,13 @@ async def test_rescheduling_an_all_day_event_makes_it_timed(api: Any, make_user:
 
 async def test_title_bounds_and_unicode_slug(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile["id"], title="x" * 500)
+    event = await new_event(api, owner, profile, **timed(title="x" * 500))
     assert event["title"] == "x" * 500
     assert len(event["slug"]) <= 128
     assert event["slug"].endswith("-2026-03-08")
-    unicode = await new_event(api, owner, profile["id"], title="Café Crème")
+    unicode = await new_event(api, owner, profile, **timed(title="Café Crème"))
     assert unicode["slug"] == "cafe-creme-2026-03-08"
-    kanji = await new_event(api, owner, profile["id"], title="日本語")
+    kanji = await new_event(api, owner, profile, **timed(title="日本語"))
     assert kanji["slug"] == "event-2026-03-08"
     for bad in ("", "   ", 5):
         status, body, _ = await api.post(
@@ -1488,7 +1463,7 @@ async def test_pages_keep_sub_second_and_pre_1970_order(api: Any, make_user: Any
     owner, profile = await setup(api, make_user)
     starts = ["2026-06-01T12:00:00.750", "1969-12-31T23:59:59.5", "2026-06-01T12:00:00.250",
               "2026-06-01T12:00:00.250", "2026-06-01T12:00:00", "1969-12-31T23:59:59"]
-    made = [(s, (await new_event(api, owner, profile["id"], start_time=s, start_timezone="UTC"))["id"])
+    made = [(s, (await new_event(api, owner, profile, **timed(start_time=s, start_timezone="UTC")))["id"])
             for s in starts]
     assert (await api.get(f"/v1/events/{made[0][1]}", owner))[1]["start_time"] == "2026-06-01T12:00:00Z"
     expected = [event_id for _, event_id in sorted(made, key=lambda m: (datetime.fromisoformat(m[0]), m[1]))]

@@ -7,22 +7,11 @@ import secrets
 from typing import Any
 
 import pytest
-from conftest import assert_error
+from conftest import assert_error, handle, new_profile
 
 from kalends import accounts
 
 MISSING = "prf_" + "0" * 32
-
-
-def handle(prefix: str = "p") -> str:
-    return f"{prefix}-{secrets.token_hex(5)}"
-
-
-async def create(api: Any, user: Any, **fields: Any) -> dict[str, Any]:
-    body = {"platform_id": handle(), "display_name": "A profile", **fields}
-    status, created, _ = await api.post("/v1/profiles", user, json=body)
-    assert status == 201, created
-    return created  # type: ignore[no-any-return]
 
 
 async def test_create_returns_the_profile_and_its_organization(api: Any, user: Any) -> None:
@@ -45,7 +34,7 @@ async def test_create_returns_the_profile_and_its_organization(api: Any, user: A
 
 
 async def test_ids_are_case_insensitive(api: Any, user: Any) -> None:
-    created = await create(api, user)
+    created = await new_profile(api, user)
     status, fetched, _ = await api.get(f"/v1/profiles/{created['id'].upper()}", user)
     assert status == 200 and fetched["id"] == created["id"]
 
@@ -59,7 +48,7 @@ async def test_platform_id_pattern(api: Any, user: Any, bad: str) -> None:
 async def test_platform_id_is_unique_across_the_platform(api: Any, make_user: Any) -> None:
     alice, bob = await make_user(), await make_user()
     taken = handle()
-    await create(api, alice, platform_id=taken)
+    await new_profile(api, alice, platform_id=taken)
     status, body, _ = await api.post(
         "/v1/profiles", bob, json={"platform_id": taken.upper(), "display_name": "x"}
     )
@@ -89,14 +78,14 @@ async def test_organization_must_be_one_of_the_callers(live_server: Any, api: An
         json={"platform_id": handle(), "display_name": "x", "organization_id": "prf_" + "1" * 32},
     )
     assert_error(status, body, 400, "invalid_id", param="organization_id")
-    created = await create(api, owner, organization_id=org.upper())
+    created = await new_profile(api, owner, organization_id=org.upper())
     assert created["organization_id"] == org
 
 
 async def test_private_profiles_are_hidden_from_strangers(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    private = await create(api, owner, is_private=True)
-    public = await create(api, owner)
+    private = await new_profile(api, owner, is_private=True)
+    public = await new_profile(api, owner)
     status, body, _ = await api.get(f"/v1/profiles/{private['id']}", stranger)
     assert_error(status, body, 404, "resource_not_found")
     assert (await api.get(f"/v1/profiles/{public['id']}", stranger))[0] == 200
@@ -106,7 +95,7 @@ async def test_private_profiles_are_hidden_from_strangers(api: Any, make_user: A
 
 async def test_another_users_profile_is_404_on_writes(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    public = await create(api, owner)
+    public = await new_profile(api, owner, display_name="A profile")
     path = f"/v1/profiles/{public['id']}"
     status, body, _ = await api.patch(path, stranger, json={"display_name": "hijacked"})
     assert_error(status, body, 404, "resource_not_found")
@@ -120,7 +109,7 @@ async def test_organization_roles(live_server: Any, api: Any, make_user: Any) ->
     org = live_server.admin(accounts.create_organization, "Venue", owner.email, None)["organization_id"]
     live_server.admin(accounts.add_member, org, admin.email, "admin")
     live_server.admin(accounts.add_member, org, member.email, "member")
-    profile = await create(api, owner, organization_id=org, is_private=True)
+    profile = await new_profile(api, owner, organization_id=org, is_private=True)
     path = f"/v1/profiles/{profile['id']}"
 
     # Members see the organization's private profile but may not change it.
@@ -139,7 +128,7 @@ async def test_organization_roles(live_server: Any, api: Any, make_user: Any) ->
 
 
 async def test_update_changes_only_what_is_sent(api: Any, user: Any) -> None:
-    profile = await create(api, user, description="keep me", profile_image_url="https://a.example/x")
+    profile = await new_profile(api, user, description="keep me", profile_image_url="https://a.example/x")
     path = f"/v1/profiles/{profile['id']}"
     status, same, _ = await api.patch(path, user, json={})
     assert status == 200 and same == {k: v for k, v in profile.items() if k != "organization_id"}
@@ -166,7 +155,7 @@ async def test_update_changes_only_what_is_sent(api: Any, user: Any) -> None:
 async def test_bad_updates_change_nothing(
     api: Any, user: Any, body: dict[str, Any], code: str, param: str
 ) -> None:
-    profile = await create(api, user)
+    profile = await new_profile(api, user)
     path = f"/v1/profiles/{profile['id']}"
     status, error, _ = await api.patch(path, user, json=body)
     assert_error(status, error, 400, code, param=param)
@@ -175,7 +164,7 @@ async def test_bad_updates_change_nothing(
 
 async def test_delete_is_soft_idempotent_and_frees_the_handle(api: Any, user: Any) -> None:
     taken = handle()
-    profile = await create(api, user, platform_id=taken)
+    profile = await new_profile(api, user, platform_id=taken)
     path = f"/v1/profiles/{profile['id']}"
     assert (await api.delete(path, user))[:2] == (204, None)
     assert (await api.delete(path, user))[:2] == (204, None)
@@ -184,7 +173,7 @@ async def test_delete_is_soft_idempotent_and_frees_the_handle(api: Any, user: An
     status, body, _ = await api.patch(path, user, json={"display_name": "zombie"})
     assert_error(status, body, 404, "resource_not_found")
     assert profile["id"] not in [p["id"] for p in (await api.get("/v1/profiles", user))[1]["data"]]
-    assert (await create(api, user, platform_id=taken))["id"] != profile["id"]
+    assert (await new_profile(api, user, platform_id=taken))["id"] != profile["id"]
 
 
 async def test_missing_and_malformed_ids(api: Any, user: Any) -> None:
@@ -198,7 +187,7 @@ async def test_missing_and_malformed_ids(api: Any, user: Any) -> None:
 
 
 async def test_pages_walk_every_profile_once(api: Any, user: Any) -> None:
-    made = [(await create(api, user))["id"] for _ in range(7)]
+    made = [(await new_profile(api, user))["id"] for _ in range(7)]
     seen: list[str] = []
     cursor = None
     while True:
@@ -213,13 +202,13 @@ async def test_pages_walk_every_profile_once(api: Any, user: Any) -> None:
             break
         cursor = page["next_cursor"]
         # Inserted mid-walk: it sorts after everything seen, so nothing is skipped or repeated.
-        made.append((await create(api, user))["id"])
+        made.append((await new_profile(api, user))["id"])
     assert seen == made
 
 
 async def test_default_and_bounded_limits(api: Any, user: Any) -> None:
     for _ in range(21):
-        await create(api, user)
+        await new_profile(api, user)
     status, page, _ = await api.get("/v1/profiles", user)
     assert status == 200 and len(page["data"]) == 20 and page["has_more"]
     for bad in ("0", "101", "ten", "-1"):
@@ -233,7 +222,7 @@ async def test_cursors_are_tamper_evident_and_bound_to_their_list(api: Any, make
     alice, bob = await make_user(), await make_user()
     for u in (alice, bob):
         for _ in range(2):
-            await create(api, u)
+            await new_profile(api, u)
     _, page, _ = await api.get("/v1/profiles", alice, params={"limit": "1"})
     cursor = page["next_cursor"]
     flipped = cursor[:-2] + ("A" if cursor[-2] != "A" else "B") + cursor[-1]
@@ -249,8 +238,8 @@ async def test_list_page_costs_a_constant_number_of_queries(
     live_server: Any, api: Any, make_user: Any
 ) -> None:
     small, large = await make_user(), await make_user()
-    await create(api, small)
-    await asyncio.gather(*(create(api, large) for _ in range(100)))
+    await new_profile(api, small)
+    await asyncio.gather(*(new_profile(api, large) for _ in range(100)))
 
     async def queries(u: Any, limit: int) -> int:
         before = live_server.db.query_count
@@ -264,7 +253,7 @@ async def test_list_page_costs_a_constant_number_of_queries(
 
 
 async def test_retrieve_costs_two_queries(live_server: Any, api: Any, user: Any) -> None:
-    profile = await create(api, user)
+    profile = await new_profile(api, user)
     before = live_server.db.query_count
     assert (await api.get(f"/v1/profiles/{profile['id']}", user))[0] == 200
     assert live_server.db.query_count - before == 2

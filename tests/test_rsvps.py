@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import secrets
 from typing import Any
 
 import pytest
-from conftest import assert_error
+from conftest import assert_error, new_event, new_profile
 
 from kalends import accounts
 
@@ -49,25 +48,10 @@ def assert_value(error: dict[str, Any], value: Any) -> None:
         assert error["details"]["value"] == shown(value), error
 
 
-def handle(prefix: str = "r") -> str:
-    return f"{prefix}-{secrets.token_hex(5)}"
-
-
-async def make_profile(api: Any, owner: Any, **fields: Any) -> dict[str, Any]:
-    body = {"platform_id": handle(), "display_name": "RSVP host", **fields}
-    status, profile, _ = await api.post("/v1/profiles", owner, json=body)
-    assert status == 201, profile
-    return profile  # type: ignore[no-any-return]
-
-
 async def make_event(api: Any, owner: Any, profile: dict[str, Any] | None = None,
                      **fields: Any) -> dict[str, Any]:
-    profile = profile or await make_profile(api, owner)
-    body = {"title": "Concert", "start_time": "2031-05-06T10:00",
-            "start_timezone": "Europe/Paris", **fields}
-    status, event, _ = await api.post(f"/v1/profiles/{profile['id']}/events", owner, json=body)
-    assert status == 201, event
-    return event  # type: ignore[no-any-return]
+    """An event on `profile`, or on a new profile of the owner's."""
+    return await new_event(api, owner, profile or await new_profile(api, owner), **fields)
 
 
 def rsvps_path(event: dict[str, Any]) -> str:
@@ -243,7 +227,7 @@ async def test_create_validation(api: Any, make_user: Any, body: dict[str, Any],
 async def test_rsvp_to_an_event_the_caller_cannot_see(api: Any, make_user: Any) -> None:
     owner, stranger = await users(make_user, 2)
     private_event = await make_event(api, owner, is_private=True)
-    hidden_profile = await make_profile(api, owner, is_private=True)
+    hidden_profile = await new_profile(api, owner, is_private=True)
     on_private_profile = await make_event(api, owner, hidden_profile)
     for event in (private_event, on_private_profile):
         status, body, _ = await api.post(rsvps_path(event), stranger, json={"status": "going"})
@@ -336,7 +320,7 @@ async def test_organization_roles_on_the_list(live_server: Any, api: Any, make_u
     org = live_server.admin(accounts.create_organization, "Venue", owner.email, None)["organization_id"]
     live_server.admin(accounts.add_member, org, admin.email, "admin")
     live_server.admin(accounts.add_member, org, member.email, "member")
-    profile = await make_profile(api, owner, organization_id=org)
+    profile = await new_profile(api, owner, organization_id=org)
     event = await make_event(api, owner, profile)
     g = await answer(api, guest, event)
     m = await answer(api, member, event, "maybe")
@@ -460,7 +444,7 @@ async def test_organization_member_cannot_manage_others_rsvps(
     org = live_server.admin(accounts.create_organization, "Club", owner.email, None)["organization_id"]
     live_server.admin(accounts.add_member, org, admin.email, "admin")
     live_server.admin(accounts.add_member, org, member.email, "member")
-    event = await make_event(api, owner, await make_profile(api, owner, organization_id=org))
+    event = await make_event(api, owner, await new_profile(api, owner, organization_id=org))
     rsvp = await answer(api, guest, event)
     path = f"{rsvps_path(event)}/{rsvp['id']}"
     status, body, _ = await api.patch(path, member, json={"status": "maybe"})
@@ -603,7 +587,7 @@ async def test_settings_patch_by_others(live_server: Any, api: Any, make_user: A
     org = live_server.admin(accounts.create_organization, "Hall", owner.email, None)["organization_id"]
     live_server.admin(accounts.add_member, org, admin.email, "admin")
     live_server.admin(accounts.add_member, org, member.email, "member")
-    event = await make_event(api, owner, await make_profile(api, owner, organization_id=org))
+    event = await make_event(api, owner, await new_profile(api, owner, organization_id=org))
     path = f"/v1/events/{event['id']}/rsvp-settings"
     status, body, _ = await api.patch(path, stranger, json={"allow_waitlist": False})
     assert_error(status, body, 404, "resource_not_found")

@@ -4,12 +4,11 @@ the series' events, the deletion preview and deletion (with and without cascade)
 from __future__ import annotations
 
 import asyncio
-import secrets
 from typing import Any
 
 import asyncpg
 import pytest
-from conftest import assert_error
+from conftest import assert_error, handle, new_event, new_profile, walk
 
 from kalends import accounts
 
@@ -20,25 +19,6 @@ PREVIEW_KEYS = {
 }
 MISSING_SERIES = "ser_" + "0" * 32
 MISSING_EVENT = "evt_" + "0" * 32
-
-
-def handle(prefix: str = "s") -> str:
-    return f"{prefix}-{secrets.token_hex(5)}"
-
-
-async def make_profile(api: Any, user: Any, **fields: Any) -> dict[str, Any]:
-    body = {"platform_id": handle("ser"), "display_name": "Series host", **fields}
-    status, created, _ = await api.post("/v1/profiles", user, json=body)
-    assert status == 201, created
-    return created  # type: ignore[no-any-return]
-
-
-async def make_event(api: Any, user: Any, profile_id: str, title: str = "Concert",
-                     start: str = "2031-05-06T10:00", **fields: Any) -> dict[str, Any]:
-    body = {"title": title, "start_time": start, "start_timezone": "Europe/Paris", **fields}
-    status, created, _ = await api.post(f"/v1/profiles/{profile_id}/events", user, json=body)
-    assert status == 201, created
-    return created  # type: ignore[no-any-return]
 
 
 async def make_series(api: Any, user: Any, profile_id: str, **fields: Any) -> dict[str, Any]:
@@ -53,25 +33,13 @@ async def link(api: Any, user: Any, series_id: str, event_id: str) -> None:
     assert (status, body) == (204, None)
 
 
-async def walk(api: Any, path: str, user: Any, limit: int = 20) -> list[str]:
+async def walk_ids(api: Any, path: str, user: Any, limit: int = 20) -> list[str]:
     """Every item's id, following the cursor to the end."""
-    seen: list[str] = []
-    cursor = None
-    while True:
-        params = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
-        status, page, _ = await api.get(path, user, params=params)
-        assert status == 200, page
-        assert set(page) == {"data", "has_more", "next_cursor"}
-        assert len(page["data"]) <= limit
-        assert (page["next_cursor"] is None) == (not page["has_more"])
-        seen += [item["id"] for item in page["data"]]
-        if not page["has_more"]:
-            return seen
-        cursor = page["next_cursor"]
+    return [item["id"] for item in await walk(api, path, user, limit=limit)]
 
 
 async def event_ids(api: Any, series_id: str, user: Any) -> list[str]:
-    return await walk(api, f"/v1/series/{series_id}/events", user, limit=100)
+    return await walk_ids(api, f"/v1/series/{series_id}/events", user, limit=100)
 
 
 async def org_with(live_server: Any, make_user: Any) -> tuple[str, Any, Any, Any]:
@@ -86,7 +54,7 @@ async def org_with(live_server: Any, make_user: Any) -> tuple[str, Any, Any, Any
 
 
 async def test_create_returns_the_series_and_its_location(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     body = {"name": "Summer tour", "slug": "Summer-2031", "description": "Ten cities", "is_private": True}
     status, created, headers = await api.post(f"/v1/profiles/{profile['id']}/series", user, json=body)
     assert status == 201, created
@@ -102,7 +70,7 @@ async def test_create_returns_the_series_and_its_location(api: Any, user: Any) -
 
 
 async def test_create_defaults(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     created = await make_series(api, user, profile["id"], name="Course", slug="course")
     assert created["description"] is None
     assert created["is_private"] is False
@@ -110,7 +78,7 @@ async def test_create_defaults(api: Any, user: Any) -> None:
 
 @pytest.mark.parametrize("missing", ["name", "slug"])
 async def test_name_and_slug_are_required(api: Any, user: Any, missing: str) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     body = {"name": "Season", "slug": "season"}
     del body[missing]
     status, error, _ = await api.post(f"/v1/profiles/{profile['id']}/series", user, json=body)
@@ -131,30 +99,30 @@ async def test_name_and_slug_are_required(api: Any, user: Any, missing: str) -> 
     ],
 )
 async def test_bad_creates_make_nothing(api: Any, user: Any, body: dict[str, Any], code: str, param: str) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     status, error, _ = await api.post(f"/v1/profiles/{profile['id']}/series", user, json=body)
     assert_error(status, error, 400, code, param=param)
     assert (await api.get(f"/v1/profiles/{profile['id']}/series", user))[1]["data"] == []
 
 
 async def test_slug_is_unique_within_the_profile_case_insensitively(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     first = await make_series(api, user, profile["id"], slug="Jazz-Nights")
     status, error, _ = await api.post(
         f"/v1/profiles/{profile['id']}/series", user, json={"name": "Again", "slug": "jazz-NIGHTS"}
     )
     error_obj = assert_error(status, error, 409, "conflict", param="slug")
     assert error_obj["type"] == "conflict_error"
-    assert await walk(api, f"/v1/profiles/{profile['id']}/series", user) == [first["id"]]
+    assert await walk_ids(api, f"/v1/profiles/{profile['id']}/series", user) == [first["id"]]
 
     # The same slug on another profile (even the caller's own) is fine.
-    other = await make_profile(api, user)
+    other = await new_profile(api, user)
     again = await make_series(api, user, other["id"], slug="Jazz-Nights")
     assert again["slug"] == "Jazz-Nights" and again["profile_id"] == other["id"]
 
 
 async def test_concurrent_creates_of_one_slug_make_one_series(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     results = await asyncio.gather(*(
         api.post(f"/v1/profiles/{profile['id']}/series", user, json={"name": f"Try {i}", "slug": "Race" if i % 2 else "race"})
         for i in range(5)
@@ -163,12 +131,12 @@ async def test_concurrent_creates_of_one_slug_make_one_series(api: Any, user: An
     for status, body, _ in results:
         if status == 409:
             assert_error(status, body, 409, "conflict", param="slug")
-    assert len(await walk(api, f"/v1/profiles/{profile['id']}/series", user)) == 1
+    assert len(await walk_ids(api, f"/v1/profiles/{profile['id']}/series", user)) == 1
 
 
 async def test_create_on_a_profile_the_caller_does_not_administer(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner)
+    profile = await new_profile(api, owner)
     status, error, _ = await api.post(
         f"/v1/profiles/{profile['id']}/series", stranger, json={"name": "Mine", "slug": "mine"}
     )
@@ -185,7 +153,7 @@ async def test_create_on_a_profile_the_caller_does_not_administer(api: Any, make
 
 
 async def test_create_on_a_deleted_profile_is_404(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     assert (await api.delete(f"/v1/profiles/{profile['id']}", user))[0] == 204
     status, error, _ = await api.post(
         f"/v1/profiles/{profile['id']}/series", user, json={"name": "Late", "slug": "late"}
@@ -195,7 +163,7 @@ async def test_create_on_a_deleted_profile_is_404(api: Any, user: Any) -> None:
 
 async def test_organization_roles(live_server: Any, api: Any, make_user: Any) -> None:
     org, owner, admin, member = await org_with(live_server, make_user)
-    profile = await make_profile(api, owner, organization_id=org)
+    profile = await new_profile(api, owner, organization_id=org)
     path = f"/v1/profiles/{profile['id']}/series"
 
     status, error, _ = await api.post(path, member, json={"name": "By member", "slug": "by-member"})
@@ -203,7 +171,7 @@ async def test_organization_roles(live_server: Any, api: Any, make_user: Any) ->
     assert (await api.get(path, owner))[1]["data"] == []
 
     series = await make_series(api, admin, profile["id"], is_private=True)
-    event = await make_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile)
     # The member sees the organization's private series but may not change it.
     assert (await api.get(f"/v1/series/{series['id']}", member))[0] == 200
     for status, error, _ in (
@@ -217,8 +185,8 @@ async def test_organization_roles(live_server: Any, api: Any, make_user: Any) ->
     assert await event_ids(api, series["id"], owner) == []
 
     # Admins administer it: they see it in their list and may link and delete.
-    assert series["id"] in await walk(api, "/v1/series", admin, limit=100)
-    assert series["id"] not in await walk(api, "/v1/series", member, limit=100)
+    assert series["id"] in await walk_ids(api, "/v1/series", admin, limit=100)
+    assert series["id"] not in await walk_ids(api, "/v1/series", member, limit=100)
     await link(api, admin, series["id"], event["id"])
     status, body, _ = await api.delete(f"/v1/series/{series['id']}", admin)
     assert status == 200 and body["member_count"] == 1
@@ -231,29 +199,29 @@ async def test_series_list_is_what_the_caller_administers(
     live_server: Any, api: Any, make_user: Any
 ) -> None:
     alice, bob = await make_user(), await make_user()
-    first, second = await make_profile(api, alice), await make_profile(api, alice, is_private=True)
+    first, second = await new_profile(api, alice), await new_profile(api, alice, is_private=True)
     made = []
     for i in range(5):
         made.append((await make_series(api, alice, (first if i % 2 else second)["id"],
                                        is_private=i == 3))["id"])
-    bobs = await make_profile(api, bob)
+    bobs = await new_profile(api, bob)
     bobs_public = await make_series(api, bob, bobs["id"])
 
-    assert await walk(api, "/v1/series", alice, limit=2) == made
-    assert bobs_public["id"] not in await walk(api, "/v1/series", alice, limit=100)
-    assert await walk(api, "/v1/series", bob) == [bobs_public["id"]]
+    assert await walk_ids(api, "/v1/series", alice, limit=2) == made
+    assert bobs_public["id"] not in await walk_ids(api, "/v1/series", alice, limit=100)
+    assert await walk_ids(api, "/v1/series", bob) == [bobs_public["id"]]
 
     # Series in an organization the caller administers are listed too.
     org, owner, admin, member = await org_with(live_server, make_user)
-    org_profile = await make_profile(api, owner, organization_id=org)
+    org_profile = await new_profile(api, owner, organization_id=org)
     org_series = await make_series(api, owner, org_profile["id"])
-    assert await walk(api, "/v1/series", admin) == [org_series["id"]]
-    assert await walk(api, "/v1/series", member) == []
+    assert await walk_ids(api, "/v1/series", admin) == [org_series["id"]]
+    assert await walk_ids(api, "/v1/series", member) == []
 
 
 async def test_series_list_cursor_survives_inserts_and_is_bound_to_its_list(api: Any, make_user: Any) -> None:
     alice, bob = await make_user(), await make_user()
-    profile = await make_profile(api, alice)
+    profile = await new_profile(api, alice)
     made = [(await make_series(api, alice, profile["id"]))["id"] for _ in range(3)]
     status, page, _ = await api.get("/v1/series", alice, params={"limit": "2"})
     assert status == 200 and [s["id"] for s in page["data"]] == made[:2] and page["has_more"]
@@ -275,14 +243,14 @@ async def test_series_list_cursor_survives_inserts_and_is_bound_to_its_list(api:
 
 async def test_profile_series_list_shows_what_the_caller_may_see(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner)
+    profile = await new_profile(api, owner)
     public = [await make_series(api, owner, profile["id"]) for _ in range(2)]
     hidden = await make_series(api, owner, profile["id"], is_private=True)
     public.append(await make_series(api, owner, profile["id"]))
     path = f"/v1/profiles/{profile['id']}/series"
 
-    assert await walk(api, path, stranger, limit=1) == [s["id"] for s in public]
-    assert await walk(api, path, owner, limit=2) == [public[0]["id"], public[1]["id"], hidden["id"], public[2]["id"]]
+    assert await walk_ids(api, path, stranger, limit=1) == [s["id"] for s in public]
+    assert await walk_ids(api, path, owner, limit=2) == [public[0]["id"], public[1]["id"], hidden["id"], public[2]["id"]]
     status, page, _ = await api.get(path, stranger)
     assert status == 200
     assert all(set(s) == SERIES_KEYS for s in page["data"])
@@ -291,12 +259,12 @@ async def test_profile_series_list_shows_what_the_caller_may_see(api: Any, make_
 
 async def test_a_private_profiles_series_list_is_404_for_strangers(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner, is_private=True)
+    profile = await new_profile(api, owner, is_private=True)
     series = await make_series(api, owner, profile["id"])
     path = f"/v1/profiles/{profile['id']}/series"
     status, error, _ = await api.get(path, stranger)
     assert_error(status, error, 404, "resource_not_found")
-    assert await walk(api, path, owner) == [series["id"]]
+    assert await walk_ids(api, path, owner) == [series["id"]]
     # The series of a private profile is not visible on its own either.
     status, error, _ = await api.get(f"/v1/series/{series['id']}", stranger)
     assert_error(status, error, 404, "resource_not_found")
@@ -307,7 +275,7 @@ async def test_a_private_profiles_series_list_is_404_for_strangers(api: Any, mak
 
 async def test_retrieve_follows_visibility(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner)
+    profile = await new_profile(api, owner)
     public = await make_series(api, owner, profile["id"])
     private = await make_series(api, owner, profile["id"], is_private=True)
 
@@ -328,7 +296,7 @@ async def test_retrieve_follows_visibility(api: Any, make_user: Any) -> None:
 
 async def test_a_deleted_profiles_series_stays_for_its_owner_only(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner)
+    profile = await new_profile(api, owner)
     series = await make_series(api, owner, profile["id"])
     assert (await api.delete(f"/v1/profiles/{profile['id']}", owner))[0] == 204
 
@@ -343,7 +311,7 @@ async def test_a_deleted_profiles_series_stays_for_its_owner_only(api: Any, make
 
 
 async def test_update_changes_what_is_sent(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series = await make_series(api, user, profile["id"], description="keep me")
     path = f"/v1/series/{series['id']}"
 
@@ -368,7 +336,7 @@ async def test_update_changes_what_is_sent(api: Any, user: Any) -> None:
 
 
 async def test_update_slug_conflict_changes_nothing(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     taken = await make_series(api, user, profile["id"], slug="taken")
     series = await make_series(api, user, profile["id"], slug="mine")
     path = f"/v1/series/{series['id']}"
@@ -378,7 +346,7 @@ async def test_update_slug_conflict_changes_nothing(api: Any, user: Any) -> None
     assert (await api.get(f"/v1/series/{taken['id']}", user))[1] == taken
 
     # The slug of a series of another profile is no conflict.
-    other = await make_profile(api, user)
+    other = await new_profile(api, user)
     elsewhere = await make_series(api, user, other["id"], slug="elsewhere")
     status, changed, _ = await api.patch(path, user, json={"slug": "elsewhere"})
     assert status == 200 and changed["slug"] == "elsewhere"
@@ -397,7 +365,7 @@ async def test_update_slug_conflict_changes_nothing(api: Any, user: Any) -> None
     ],
 )
 async def test_bad_updates_change_nothing(api: Any, user: Any, body: dict[str, Any], code: str, param: str) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series = await make_series(api, user, profile["id"])
     path = f"/v1/series/{series['id']}"
     status, error, _ = await api.patch(path, user, json=body)
@@ -407,7 +375,7 @@ async def test_bad_updates_change_nothing(api: Any, user: Any, body: dict[str, A
 
 async def test_update_by_a_stranger_is_404(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner)
+    profile = await new_profile(api, owner)
     series = await make_series(api, owner, profile["id"])
     path = f"/v1/series/{series['id']}"
     status, error, _ = await api.patch(path, stranger, json={"name": "Hijacked"})
@@ -421,9 +389,9 @@ async def test_update_by_a_stranger_is_404(api: Any, make_user: Any) -> None:
 
 
 async def test_link_is_204_and_idempotent(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series = await make_series(api, user, profile["id"])
-    event = await make_event(api, user, profile["id"])
+    event = await new_event(api, user, profile)
     status, body, _ = await api.post(f"/v1/series/{series['id']}/events", user, json={"event_id": event["id"]})
     assert (status, body) == (204, None)
     # Linking again (even with an upper-case ID) is a no-op.
@@ -437,9 +405,9 @@ async def test_link_is_204_and_idempotent(api: Any, user: Any) -> None:
 
 
 async def test_an_event_may_be_in_several_series(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     first, second = await make_series(api, user, profile["id"]), await make_series(api, user, profile["id"])
-    event = await make_event(api, user, profile["id"])
+    event = await new_event(api, user, profile)
     await link(api, user, first["id"], event["id"])
     await link(api, user, second["id"], event["id"])
     assert await event_ids(api, first["id"], user) == [event["id"]]
@@ -447,9 +415,9 @@ async def test_an_event_may_be_in_several_series(api: Any, user: Any) -> None:
 
 
 async def test_link_an_event_of_another_profile_is_invalid(api: Any, user: Any) -> None:
-    profile, other = await make_profile(api, user), await make_profile(api, user)
+    profile, other = await new_profile(api, user), await new_profile(api, user)
     series = await make_series(api, user, profile["id"])
-    foreign = await make_event(api, user, other["id"])
+    foreign = await new_event(api, user, other)
     status, error, _ = await api.post(f"/v1/series/{series['id']}/events", user, json={"event_id": foreign["id"]})
     err = assert_error(status, error, 400, "invalid_field", param="event_id")
     assert err["type"] == "invalid_request_error"
@@ -458,11 +426,11 @@ async def test_link_an_event_of_another_profile_is_invalid(api: Any, user: Any) 
 
 async def test_link_across_users_is_404(api: Any, make_user: Any) -> None:
     alice, bob = await make_user(), await make_user()
-    alices_profile, bobs_profile = await make_profile(api, alice), await make_profile(api, bob)
+    alices_profile, bobs_profile = await new_profile(api, alice), await new_profile(api, bob)
     alices_series = await make_series(api, alice, alices_profile["id"])
-    alices_event = await make_event(api, alice, alices_profile["id"])
+    alices_event = await new_event(api, alice, alices_profile)
     bobs_series = await make_series(api, bob, bobs_profile["id"])
-    bobs_event = await make_event(api, bob, bobs_profile["id"])
+    bobs_event = await new_event(api, bob, bobs_profile)
 
     # Bob's public event into Alice's series.
     status, error, _ = await api.post(f"/v1/series/{alices_series['id']}/events", alice,
@@ -494,16 +462,16 @@ async def test_link_across_users_is_404(api: Any, make_user: Any) -> None:
     ],
 )
 async def test_link_body_errors(api: Any, user: Any, body: dict[str, Any], code: str) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series = await make_series(api, user, profile["id"])
     status, error, _ = await api.post(f"/v1/series/{series['id']}/events", user, json=body)
     assert_error(status, error, 400, code, param="event_id")
 
 
 async def test_link_unknown_field_and_bad_series_id(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series = await make_series(api, user, profile["id"])
-    event = await make_event(api, user, profile["id"])
+    event = await new_event(api, user, profile)
     status, error, _ = await api.post(f"/v1/series/{series['id']}/events", user,
                                       json={"event_id": event["id"], "position": 1})
     assert_error(status, error, 400, "unknown_field", param="position")
@@ -515,10 +483,10 @@ async def test_link_unknown_field_and_bad_series_id(api: Any, user: Any) -> None
 
 
 async def test_remove_unlinks_only(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series, other = await make_series(api, user, profile["id"]), await make_series(api, user, profile["id"])
-    kept = await make_event(api, user, profile["id"], "Kept", "2031-05-07T10:00")
-    removed = await make_event(api, user, profile["id"], "Removed", "2031-05-06T10:00")
+    kept = await new_event(api, user, profile, title="Kept", start_time="2031-05-07T10:00")
+    removed = await new_event(api, user, profile, title="Removed", start_time="2031-05-06T10:00")
     for event in (kept, removed):
         await link(api, user, series["id"], event["id"])
     await link(api, user, other["id"], removed["id"])
@@ -542,9 +510,9 @@ async def test_remove_unlinks_only(api: Any, user: Any) -> None:
 
 async def test_remove_by_a_stranger_is_404(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner)
+    profile = await new_profile(api, owner)
     series = await make_series(api, owner, profile["id"])
-    event = await make_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile)
     await link(api, owner, series["id"], event["id"])
     status, error, _ = await api.delete(f"/v1/series/{series['id']}/events/{event['id']}", stranger)
     assert_error(status, error, 404, "resource_not_found")
@@ -552,10 +520,10 @@ async def test_remove_by_a_stranger_is_404(api: Any, make_user: Any) -> None:
 
 
 async def test_deleting_an_event_takes_it_out_of_its_series(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series = await make_series(api, user, profile["id"])
-    gone = await make_event(api, user, profile["id"], "Gone")
-    stays = await make_event(api, user, profile["id"], "Stays", "2031-06-01T10:00")
+    gone = await new_event(api, user, profile, title="Gone")
+    stays = await new_event(api, user, profile, title="Stays", start_time="2031-06-01T10:00")
     for event in (gone, stays):
         await link(api, user, series["id"], event["id"])
     assert (await api.delete(f"/v1/events/{gone['id']}", user))[0] == 204
@@ -567,22 +535,23 @@ async def test_deleting_an_event_takes_it_out_of_its_series(api: Any, user: Any)
 
 
 async def test_series_events_are_ordered_by_start_time_then_id(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series = await make_series(api, user, profile["id"])
-    late = await make_event(api, user, profile["id"], "Late", "2031-09-01T20:00")
-    early = await make_event(api, user, profile["id"], "Early", "2031-03-01T09:00")
-    tie_a = await make_event(api, user, profile["id"], "Tie A", "2031-06-01T18:00")
-    tie_b = await make_event(api, user, profile["id"], "Tie B", "2031-06-01T18:00")
+    late = await new_event(api, user, profile, title="Late", start_time="2031-09-01T20:00")
+    early = await new_event(api, user, profile, title="Early", start_time="2031-03-01T09:00")
+    tie_a = await new_event(api, user, profile, title="Tie A", start_time="2031-06-01T18:00")
+    tie_b = await new_event(api, user, profile, title="Tie B", start_time="2031-06-01T18:00")
     # Same instant written in another zone: 18:00 in Paris is 17:00 in London (BST).
-    tie_c = await make_event(api, user, profile["id"], "Tie C", "2031-06-01T17:00", start_timezone="Europe/London")
-    unlinked = await make_event(api, user, profile["id"], "Not in it", "2031-04-01T09:00")
+    tie_c = await new_event(api, user, profile, title="Tie C", start_time="2031-06-01T17:00",
+                            start_timezone="Europe/London")
+    unlinked = await new_event(api, user, profile, title="Not in it", start_time="2031-04-01T09:00")
     for event in (tie_b, late, tie_c, early, tie_a):
         await link(api, user, series["id"], event["id"])
 
     ties = sorted([tie_a["id"], tie_b["id"], tie_c["id"]])
     expected = [early["id"], *ties, late["id"]]
     assert await event_ids(api, series["id"], user) == expected
-    assert await walk(api, f"/v1/series/{series['id']}/events", user, limit=2) == expected
+    assert await walk_ids(api, f"/v1/series/{series['id']}/events", user, limit=2) == expected
     assert unlinked["id"] not in expected
 
     status, page, _ = await api.get(f"/v1/series/{series['id']}/events", user, params={"limit": "2"})
@@ -597,10 +566,11 @@ async def test_series_events_are_ordered_by_start_time_then_id(api: Any, user: A
 
 async def test_series_events_show_only_visible_events(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner)
+    profile = await new_profile(api, owner)
     series = await make_series(api, owner, profile["id"])
-    public = await make_event(api, owner, profile["id"], "Public", "2031-05-06T10:00")
-    private = await make_event(api, owner, profile["id"], "Private", "2031-05-05T10:00", is_private=True)
+    public = await new_event(api, owner, profile, title="Public", start_time="2031-05-06T10:00")
+    private = await new_event(api, owner, profile, title="Private", start_time="2031-05-05T10:00",
+                              is_private=True)
     for event in (public, private):
         await link(api, owner, series["id"], event["id"])
     assert await event_ids(api, series["id"], stranger) == [public["id"]]
@@ -620,21 +590,27 @@ async def test_series_events_show_only_visible_events(api: Any, make_user: Any) 
 async def mixed_series(api: Any, user: Any) -> dict[str, Any]:
     """A series with two exclusive events (one recurring) and three shared ones
     (two recurring), plus a second and third series and an event outside it."""
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     pid = profile["id"]
     target = await make_series(api, user, pid, name="Spring season")
     second = await make_series(api, user, pid)
     third = await make_series(api, user, pid)
     weekly = {"recurrence_rule": "FREQ=WEEKLY;COUNT=5"}
     ev = {
-        "exclusive": await make_event(api, user, pid, "Exclusive", "2031-05-01T10:00"),
-        "exclusive_recurring": await make_event(api, user, pid, "Exclusive weekly", "2031-05-02T10:00", **weekly),
-        "shared": await make_event(api, user, pid, "Shared", "2031-05-03T10:00"),
-        "shared_recurring": await make_event(api, user, pid, "Shared weekly", "2031-05-04T10:00", **weekly),
-        "shared_twice_recurring": await make_event(api, user, pid, "Shared twice", "2031-05-05T10:00",
-                                                   recurrence_rule="FREQ=DAILY;COUNT=3"),
-        "second_only": await make_event(api, user, pid, "Second only", "2031-05-06T10:00", **weekly),
-        "loose": await make_event(api, user, pid, "In no series", "2031-05-07T10:00"),
+        "exclusive": await new_event(api, user, profile, title="Exclusive",
+                                     start_time="2031-05-01T10:00"),
+        "exclusive_recurring": await new_event(api, user, profile, title="Exclusive weekly",
+                                               start_time="2031-05-02T10:00", **weekly),
+        "shared": await new_event(api, user, profile, title="Shared", start_time="2031-05-03T10:00"),
+        "shared_recurring": await new_event(api, user, profile, title="Shared weekly",
+                                            start_time="2031-05-04T10:00", **weekly),
+        "shared_twice_recurring": await new_event(api, user, profile, title="Shared twice",
+                                                  start_time="2031-05-05T10:00",
+                                                  recurrence_rule="FREQ=DAILY;COUNT=3"),
+        "second_only": await new_event(api, user, profile, title="Second only",
+                                       start_time="2031-05-06T10:00", **weekly),
+        "loose": await new_event(api, user, profile, title="In no series",
+                                 start_time="2031-05-07T10:00"),
     }
     for name in ("exclusive", "exclusive_recurring", "shared", "shared_recurring", "shared_twice_recurring"):
         await link(api, user, target["id"], ev[name]["id"])
@@ -680,7 +656,7 @@ async def test_deletion_preview_counts_and_changes_nothing(api: Any, user: Any) 
 
 
 async def test_deletion_preview_of_an_empty_series(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series = await make_series(api, user, profile["id"], name="Empty")
     status, preview, _ = await api.get(f"/v1/series/{series['id']}/deletion-preview", user)
     assert status == 200
@@ -689,7 +665,7 @@ async def test_deletion_preview_of_an_empty_series(api: Any, user: Any) -> None:
 
 async def test_deletion_preview_is_for_administrators(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner)
+    profile = await new_profile(api, owner)
     series = await make_series(api, owner, profile["id"])
     status, error, _ = await api.get(f"/v1/series/{series['id']}/deletion-preview", stranger)
     assert_error(status, error, 404, "resource_not_found")
@@ -715,8 +691,8 @@ async def test_delete_without_cascade_keeps_every_event(api: Any, user: Any) -> 
         assert_error(status, error, 404, "resource_not_found")
     status, error, _ = await api.delete(f"/v1/series/{target['id']}", user)
     assert_error(status, error, 404, "resource_not_found")
-    assert target["id"] not in await walk(api, f"/v1/profiles/{world['profile']['id']}/series", user)
-    assert target["id"] not in await walk(api, "/v1/series", user, limit=100)
+    assert target["id"] not in await walk_ids(api, f"/v1/profiles/{world['profile']['id']}/series", user)
+    assert target["id"] not in await walk_ids(api, "/v1/series", user, limit=100)
 
 
 async def test_delete_with_cascade_deletes_exactly_the_exclusive_events(api: Any, user: Any) -> None:
@@ -746,9 +722,9 @@ async def test_delete_with_cascade_deletes_exactly_the_exclusive_events(api: Any
 
 
 async def test_delete_cascade_false_is_the_default(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     series = await make_series(api, user, profile["id"])
-    event = await make_event(api, user, profile["id"])
+    event = await new_event(api, user, profile)
     await link(api, user, series["id"], event["id"])
     status, body, _ = await api.delete(f"/v1/series/{series['id']}", user,
                                        params={"cascade_exclusive_events": "false"})
@@ -759,9 +735,9 @@ async def test_delete_cascade_false_is_the_default(api: Any, user: Any) -> None:
 
 async def test_refused_deletes_change_nothing(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await make_profile(api, owner)
+    profile = await new_profile(api, owner)
     series = await make_series(api, owner, profile["id"])
-    event = await make_event(api, owner, profile["id"])
+    event = await new_event(api, owner, profile)
     await link(api, owner, series["id"], event["id"])
     path = f"/v1/series/{series['id']}"
 
@@ -785,8 +761,9 @@ async def test_refused_deletes_change_nothing(api: Any, make_user: Any) -> None:
 
 
 async def test_links_racing_a_delete_are_204_or_404(api: Any, user: Any) -> None:
-    profile = await make_profile(api, user)
-    events = [await make_event(api, user, profile["id"], f"E{i}", f"2031-05-{i + 1:02d}T10:00") for i in range(12)]
+    profile = await new_profile(api, user)
+    events = [await new_event(api, user, profile, title=f"E{i}", start_time=f"2031-05-{i + 1:02d}T10:00")
+              for i in range(12)]
     for _ in range(5):
         series = await make_series(api, user, profile["id"])
         path = f"/v1/series/{series['id']}/events"
@@ -810,9 +787,9 @@ async def test_cascade_spares_an_event_linked_elsewhere_meanwhile(
 ) -> None:
     """A link into another series that commits while the cascade waits makes
     the event shared: it must survive."""
-    profile = await make_profile(api, user)
+    profile = await new_profile(api, user)
     target, other = await make_series(api, user, profile["id"]), await make_series(api, user, profile["id"])
-    event = await make_event(api, user, profile["id"])
+    event = await new_event(api, user, profile)
     await link(api, user, target["id"], event["id"])
 
     conn = await asyncpg.connect(database_url)
