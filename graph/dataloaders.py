@@ -48,14 +48,14 @@ class Loaders:
         return [grouped[k] for k in keys]
 
     async def _rsvp_stats(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
-        rows = await rsvps.stats(self._db, keys)
-        by_event = {r["event_id"]: r for r in rows}
-        return [by_event.get(k) for k in keys]
+        return _by_key(await rsvps.stats(self._db, keys), keys, column="event_id")
 
 
-def _by_key(rows: list[asyncpg.Record], keys: Sequence[str]) -> list[asyncpg.Record | None]:
-    by_id = {r["id"]: r for r in rows}
-    return [by_id.get(k) for k in keys]
+def _by_key(rows: list[asyncpg.Record], keys: Sequence[str], *, column: str = "id"
+            ) -> list[asyncpg.Record | None]:
+    """The row for each key, in the keys' order; None where there is none."""
+    by_key = {r[column]: r for r in rows}
+    return [by_key.get(k) for k in keys]
 
 
 async def reload(loader: DataLoader[str, asyncpg.Record | None], key: str

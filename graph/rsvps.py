@@ -13,6 +13,7 @@ from graph.paging import page
 from graph.types import Page, Rsvp, RsvpAnswer, RsvpSettings, RsvpStats
 from kalends import events as event_rules
 from kalends import ids
+from kalends import profiles as profile_rules
 from kalends import rsvps as domain
 
 RsvpCreateInput = input_type(domain.RsvpCreate, "RsvpCreateInput")
@@ -43,7 +44,7 @@ class RsvpQueries:
                           cursor: str | None = None) -> Page[Rsvp]:
         ctx = info.context
         event = await _event(ctx, event_id)
-        only = None if event_rules.administers(event, ctx.viewer) else ctx.viewer.user_id
+        only = None if profile_rules.administers(event, ctx.viewer) else ctx.viewer.user_id
         return await page(
             ctx, f"rsvps:{event['id']}", limit, cursor,
             lambda after, n: store.page(ctx.db, event["id"], after, n, only_user=only),

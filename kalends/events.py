@@ -14,9 +14,9 @@ from pydantic import Field, StringConstraints
 
 from db import events as store
 from db.database import Database
-from kalends import ids, recurrence, times
+from kalends import ids, profiles, recurrence, times
 from kalends.auth import Viewer
-from kalends.errors import ApiError, conflict, forbidden, not_found
+from kalends.errors import ApiError, conflict, not_found
 from kalends.profiles import Description, Url
 from kalends.validation import Body, id_of
 
@@ -124,16 +124,8 @@ def parse_expand(value: str | None) -> dict[str, bool]:
 
 
 def check_administrable(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.Record:
-    """Writes: the profile's owner and its organization's owners and admins. A
-    member who can see the event learns it is not theirs to change (403)."""
-    if row is None:
-        raise not_found("event", param="event_id")
-    if row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin"):
-        return row
-    if row["viewer_role"] == "member":
-        raise forbidden("Only the profile's owner or its organization's owners and admins "
-                        "may change its events.")
-    raise not_found("event", param="event_id")
+    """Writes: those who administer the event's profile (kalends.profiles)."""
+    return profiles.check_administrable(row, viewer, what="event", param="event_id")
 
 
 def check_visible(row: asyncpg.Record | None) -> asyncpg.Record:
@@ -141,10 +133,6 @@ def check_visible(row: asyncpg.Record | None) -> asyncpg.Record:
     if row is None:
         raise not_found("event", param="event_id")
     return row
-
-
-def administers(row: asyncpg.Record, viewer: Viewer) -> bool:
-    return row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin")
 
 
 def _check_open(row: asyncpg.Record) -> None:
@@ -195,7 +183,7 @@ def slugify(title: str, t: times.EventTimes) -> str:
     return f"{words or 'event'}-{t.local_start.date().isoformat()}"
 
 
-_TEXT_FIELDS = ("title", "description", "location", "image_url", "is_private", "require_rsvp",
+_AS_SENT = ("title", "description", "location", "image_url", "is_private", "require_rsvp",
                 "require_payment", "transparency")
 
 
@@ -206,7 +194,7 @@ async def create(
     t = times.resolve_create(fields, fill_end_timezone=True)
     rule = fields.get("recurrence_rule")
     _check_rule(rule, t)
-    values: dict[str, Any] = {k: fields[k] for k in _TEXT_FIELDS if k in fields}
+    values: dict[str, Any] = {k: fields[k] for k in _AS_SENT if k in fields}
     values.update(_time_columns(t), recurrence_rule=rule)
     event_id = ids.new_id("evt")
     if "slug" in fields:
@@ -245,7 +233,7 @@ def _slug_taken(slug: str) -> ApiError:
 async def update(db: Database, row: asyncpg.Record, data: EventUpdate) -> None:
     _check_open(row)
     changes = data.model_dump(exclude_unset=True)
-    values: dict[str, Any] = {k: changes[k] for k in _TEXT_FIELDS if k in changes}
+    values: dict[str, Any] = {k: changes[k] for k in _AS_SENT if k in changes}
     current = times_of(row)
     t = times.resolve_update(current, changes)
     if t != current:

@@ -63,18 +63,29 @@ def is_visible(row: asyncpg.Record, viewer: Viewer) -> bool:
     return row["owner_user_id"] == viewer.user_id or row["viewer_role"] is not None
 
 
-def check_administrable(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.Record:
-    """The owner and the organization's owners and admins may write; a mere
-    member learns that the profile exists (403); anyone else sees nothing (404)."""
+def administers(row: asyncpg.Record, viewer: Viewer) -> bool:
+    """The profile's owner and its organization's owners and admins. Rows of a
+    profile's events and series carry the same columns (db/visibility.py)."""
+    return row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin")
+
+
+def check_administrable(
+    row: asyncpg.Record | None, viewer: Viewer, *, what: str = "profile",
+    param: str = "profile_id",
+) -> asyncpg.Record:
+    """Writes to a profile, or to its events and series: those who administer
+    it. A mere member learns that it exists (403); anyone else sees nothing (404)."""
     if row is None:
-        raise not_found("profile", param="profile_id")
-    if row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin"):
+        raise not_found(what, param=param)
+    if administers(row, viewer):
         return row
-    if row["viewer_role"] == "member" and row["deleted_at"] is None:
+    # Event and series rows have no deleted_at: a member never loads those of a
+    # deleted profile (db/visibility.py), so every one that reaches here is live.
+    if row["viewer_role"] == "member" and row.get("deleted_at") is None:
         raise forbidden(
             "Only the profile's owner or its organization's owners and admins may change it."
         )
-    raise not_found("profile", param="profile_id")
+    raise not_found(what, param=param)
 
 
 def check_live(row: asyncpg.Record) -> None:

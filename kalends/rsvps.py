@@ -18,7 +18,7 @@ from db.database import Database, Tx
 from kalends import ids
 from kalends.auth import Viewer
 from kalends.errors import ApiError, not_found
-from kalends.events import administers
+from kalends.profiles import administers
 from kalends.validation import Body
 
 Status = Literal["going", "maybe", "not_going", "waitlist"]

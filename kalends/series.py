@@ -9,9 +9,9 @@ from pydantic import Field, StringConstraints
 
 from db import series as store
 from db.database import Database
-from kalends import ids
+from kalends import ids, profiles
 from kalends.auth import Viewer
-from kalends.errors import ApiError, conflict, forbidden, not_found
+from kalends.errors import ApiError, conflict, not_found
 from kalends.events import Slug
 from kalends.profiles import Description
 from kalends.validation import Body, id_of
@@ -43,13 +43,8 @@ def check_visible(row: asyncpg.Record | None) -> asyncpg.Record:
 
 
 def check_administrable(row: asyncpg.Record | None, viewer: Viewer) -> asyncpg.Record:
-    row = check_visible(row)
-    if row["owner_user_id"] == viewer.user_id or row["viewer_role"] in ("owner", "admin"):
-        return row
-    if row["viewer_role"] == "member":
-        raise forbidden("Only the profile's owner or its organization's owners and admins "
-                        "may change its series.")
-    raise not_found("series", param="series_id")
+    """Writes: those who administer the series' profile (kalends.profiles)."""
+    return profiles.check_administrable(row, viewer, what="series", param="series_id")
 
 
 def _slug_taken(slug: str) -> ApiError:
