@@ -68,6 +68,11 @@ class Tx:
         self._conn = conn
         self._db = db
 
+    @property
+    def connection(self) -> asyncpg.Connection:
+        """For libraries that must act inside this transaction (the job queue)."""
+        return self._conn
+
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         self._db.query_count += 1
         return await self._conn.fetch(sql, *args)  # type: ignore[no-any-return]

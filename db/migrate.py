@@ -9,6 +9,7 @@ from __future__ import annotations
 from importlib import resources
 
 import asyncpg
+from pgqueuer import Queries
 
 # An arbitrary constant naming "kalends migrations" in pg_advisory_lock's key space.
 _LOCK_KEY = 0x6B616C656E6473
@@ -41,8 +42,18 @@ async def migrate(dsn: str) -> list[str]:
                         "INSERT INTO schema_migrations (version) VALUES ($1)", version
                     )
                 applied.append(version)
+            await _job_queue(conn)
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
     finally:
         await conn.close()
     return applied
+
+
+async def _job_queue(conn: asyncpg.Connection) -> None:
+    """pgqueuer's own tables, installed and upgraded by the library itself."""
+    queries = Queries.from_asyncpg_connection(conn)
+    if await queries.schema_is_installed():
+        await queries.upgrade()
+    else:
+        await queries.install()

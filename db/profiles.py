@@ -88,7 +88,9 @@ async def update(db: Database | Tx, profile_id: str, fields: dict[str, Any]) -> 
     )
 
 
-async def soft_delete(db: Database | Tx, profile_id: str) -> None:
-    await db.execute(
+async def soft_delete(db: Database | Tx, profile_id: str) -> bool:
+    """False when it was deleted already."""
+    status = await db.execute(
         "UPDATE profiles SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL", profile_id
     )
+    return status != "UPDATE 0"

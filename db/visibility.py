@@ -27,10 +27,14 @@ def join_profile(item: str, viewer: str) -> str:
 def columns(viewer: str) -> str:
     """What permission checks and `profile_id: null` need, alongside each row."""
     return f"""
-    p.owner_user_id, m.role AS viewer_role,
-    (p.deleted_at IS NULL AND (NOT p.is_private OR p.owner_user_id = {viewer}
-                               OR m.role IS NOT NULL)) AS profile_visible
+    p.owner_user_id, m.role AS viewer_role, {profile_visible(viewer)} AS profile_visible
     """
+
+
+def profile_visible(viewer: str) -> str:
+    """Whether the viewer may see the profile `p` itself."""
+    return f"""(p.deleted_at IS NULL
+    AND (NOT p.is_private OR p.owner_user_id = {viewer} OR m.role IS NOT NULL))"""
 
 
 def visible(item: str, viewer: str) -> str:

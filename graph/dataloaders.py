@@ -12,7 +12,7 @@ from contextlib import suppress
 import asyncpg
 from strawberry.dataloader import DataLoader
 
-from db import events, profiles, rsvps, series
+from db import calendar_events, calendars, events, profiles, rsvps, series, subscriptions
 from db.database import Database
 from kalends.auth import Viewer
 
@@ -30,6 +30,13 @@ class Loaders:
             load_fn=self._series_of_events
         )
         self.rsvp_stats = DataLoader[str, asyncpg.Record | None](load_fn=self._rsvp_stats)
+        # The viewer's own subscriptions, those being removed included.
+        self.subscription = DataLoader[str, asyncpg.Record | None](load_fn=self._subscriptions)
+        # The viewer's own calendars and calendar events; others load as None.
+        self.calendar = DataLoader[str, asyncpg.Record | None](load_fn=self._calendars)
+        self.calendar_event = DataLoader[str, asyncpg.Record | None](
+            load_fn=self._calendar_events
+        )
 
     async def _profiles(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
         rows = await profiles.by_ids(self._db, keys, self._viewer.user_id)
@@ -49,6 +56,17 @@ class Loaders:
 
     async def _rsvp_stats(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
         return _by_key(await rsvps.stats(self._db, keys), keys, column="event_id")
+
+    async def _subscriptions(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
+        rows = await subscriptions.by_ids(self._db, keys, self._viewer.user_id)
+        return _by_key(rows, keys)
+
+    async def _calendars(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
+        return _by_key(await calendars.by_ids(self._db, keys, self._viewer.user_id), keys)
+
+    async def _calendar_events(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
+        rows = await calendar_events.by_ids(self._db, keys, self._viewer.user_id)
+        return _by_key(rows, keys)
 
 
 def _by_key(rows: list[asyncpg.Record], keys: Sequence[str], *, column: str = "id"

@@ -9,22 +9,29 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors, ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 
+from graph.agenda import AgendaQueries
+from graph.calendars import CalendarMutations, CalendarQueries
 from graph.events import EventMutations, EventQueries
+from graph.follows import FollowMutations, FollowQueries
 from graph.organizations import OrganizationQueries
 from graph.profiles import ProfileMutations, ProfileQueries
 from graph.rsvps import RsvpMutations, RsvpQueries
 from graph.scalars import SCALARS
+from graph.search import SearchQueries
 from graph.series import SeriesMutations, SeriesQueries
+from graph.subscriptions import SubscriptionMutations, SubscriptionQueries
 from kalends.errors import ApiError
 
 
 @strawberry.type
-class Query(OrganizationQueries, ProfileQueries, EventQueries, SeriesQueries, RsvpQueries):
+class Query(OrganizationQueries, ProfileQueries, EventQueries, SeriesQueries, RsvpQueries,
+            FollowQueries, CalendarQueries, SubscriptionQueries, AgendaQueries, SearchQueries):
     pass
 
 
 @strawberry.type
-class Mutation(ProfileMutations, EventMutations, SeriesMutations, RsvpMutations):
+class Mutation(ProfileMutations, EventMutations, SeriesMutations, RsvpMutations,
+               FollowMutations, CalendarMutations, SubscriptionMutations):
     pass
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -14,7 +15,7 @@ from db.database import Database
 from graph.context import Services
 from graph.http import KalendsGraphQLView
 from graph.schema import schema
-from kalends import registry
+from kalends import jobs, registry, sync
 from kalends.pagination import Cursors
 from kalends.services import SERVICES
 from rest_bridge import openapi, routes
@@ -29,7 +30,10 @@ registry.prepare(schema._schema)
 _OPENAPI = openapi.document()
 
 
-def create_app(dsn: str, *, pool_size: int = 10) -> web.Application:
+def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None
+               ) -> web.Application:
+    """`run_jobs`: run background jobs in this process (default: unless
+    KALENDS_JOBS=off, which leaves them to `kalends worker` processes)."""
     app = web.Application(
         middlewares=[request_context, error_envelopes], client_max_size=MAX_BODY
     )
@@ -38,7 +42,17 @@ def create_app(dsn: str, *, pool_size: int = 10) -> web.Application:
         db = await Database.connect(dsn, max_size=pool_size)
         cursor_secret = await secrets.get(db, "cursor")
         app[SERVICES] = Services(db=db, cursors=Cursors(cursor_secret), schema=schema._schema)
-        yield
+        if run_jobs if run_jobs is not None else jobs.in_process():
+            # A pool of its own: jobs never take the connections requests need.
+            jobs_db = await Database.connect(dsn, min_size=1, max_size=4)
+            worker = jobs.Worker(jobs_db, dsn, sync.HANDLERS)
+            task = asyncio.create_task(worker.run())
+            yield
+            worker.stop()
+            await jobs.finish(task)
+            await jobs_db.close()
+        else:
+            yield
         await db.close()
 
     app.cleanup_ctx.append(services)

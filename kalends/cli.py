@@ -125,6 +125,30 @@ def _supervise(args: argparse.Namespace, dsn: str) -> int:
     return 0 if clean and not worker_died else 1
 
 
+def _worker(args: argparse.Namespace) -> int:
+    """Background jobs only: run as many as you like, on any machine."""
+    logs.configure()
+    with _database() as dsn:
+        asyncio.run(_run_worker(dsn))
+    return 0
+
+
+async def _run_worker(dsn: str) -> None:
+    from kalends import jobs, sync
+
+    await migrate(dsn)
+    db = await Database.connect(dsn, min_size=1, max_size=20)
+    worker = jobs.Worker(db, dsn, sync.HANDLERS)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, worker.stop)
+    logging.getLogger("kalends").info("worker started", extra={"pid": os.getpid()})
+    try:
+        await worker.run()
+    finally:
+        await db.close()
+
+
 def _migrate(args: argparse.Namespace) -> int:
     with _database() as dsn:
         applied = asyncio.run(migrate(dsn))
@@ -170,6 +194,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
+
+    sub.add_parser("worker", help="run background jobs (subscription sync)").set_defaults(
+        func=_worker)
 
     sub.add_parser("migrate", help="apply pending migrations").set_defaults(func=_migrate)
 

@@ -45,6 +45,7 @@ _CODES: dict[str, tuple[str, int]] = {
     "event_cancelled": ("conflict_error", 409),
     "capacity_reached": ("conflict_error", 409),
     "subscription_cleanup_in_progress": ("conflict_error", 409),
+    "calendar_event_read_only": ("conflict_error", 409),
     "rate_limit_exceeded": ("rate_limit_error", 429),
     "internal_error": ("api_error", 500),
     "service_unavailable": ("service_unavailable", 503),

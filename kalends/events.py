@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -13,8 +14,8 @@ import asyncpg
 from pydantic import Field, StringConstraints
 
 from db import events as store
-from db.database import Database
-from kalends import ids, profiles, recurrence, times
+from db.database import Database, Tx
+from kalends import ids, profiles, recurrence, sync, times
 from kalends.auth import Viewer
 from kalends.errors import ApiError, conflict, not_found
 from kalends.profiles import Description, Url
@@ -147,27 +148,6 @@ def _check_open(row: asyncpg.Record) -> None:
 # Writes
 
 
-def times_of(row: asyncpg.Record) -> times.EventTimes:
-    return times.EventTimes(
-        is_all_day=row["is_all_day"], start_time=row["start_time"], end_time=row["end_time"],
-        start_timezone=row["start_timezone"], end_timezone=row["end_timezone"],
-        start_date=row["start_date"], end_date=row["end_date"],
-    )
-
-
-def _time_columns(t: times.EventTimes) -> dict[str, Any]:
-    return {
-        "is_all_day": t.is_all_day, "start_time": t.start_time, "end_time": t.end_time,
-        "start_timezone": t.start_timezone, "end_timezone": t.end_timezone,
-        "start_date": t.start_date, "end_date": t.end_date,
-    }
-
-
-def _check_rule(rule: str | None, t: times.EventTimes) -> None:
-    if rule is not None:
-        recurrence.check(rule, t.local_start, times.zone(t.start_timezone, param="start_timezone"))
-
-
 def _check_slug(slug: str) -> None:
     if slug.lower() in RESERVED_SLUGS:
         raise ApiError(
@@ -191,16 +171,14 @@ async def create(
     db: Database, profile: asyncpg.Record, data: ProfileEventCreate
 ) -> str:
     fields = data.model_dump(exclude_unset=True)
-    t = times.resolve_create(fields, fill_end_timezone=True)
-    rule = fields.get("recurrence_rule")
-    _check_rule(rule, t)
     values: dict[str, Any] = {k: fields[k] for k in _AS_SENT if k in fields}
-    values.update(_time_columns(t), recurrence_rule=rule)
+    values.update(times.create_columns(fields, fill_end_timezone=True))
     event_id = ids.new_id("evt")
     if "slug" in fields:
         _check_slug(fields["slug"])
         try:
-            await store.insert(db, event_id, profile["id"], {**values, "slug": fields["slug"]})
+            await _saved(db, event_id, lambda tx: store.insert(
+                tx, event_id, profile["id"], {**values, "slug": fields["slug"]}))
         except asyncpg.UniqueViolationError:
             raise _slug_taken(fields["slug"]) from None
         return event_id
@@ -208,7 +186,7 @@ async def create(
     # profile run one at a time (an advisory lock), so concurrent creates of one
     # title and day do not race for a suffix; an explicit slug or a PATCH, which
     # take no lock, may still take the one chosen first: then look again.
-    base = slugify(fields["title"], t)
+    base = slugify(fields["title"], times.of_row(values))
     for _ in range(5):
         try:
             async with db.transaction() as tx:
@@ -219,6 +197,7 @@ async def create(
                     n += 1
                     slug = f"{base}-{n}"
                 await store.insert(tx, event_id, profile["id"], {**values, "slug": slug})
+                await sync.event_changed(tx, event_id)
             return event_id
         except asyncpg.UniqueViolationError:
             continue
@@ -234,19 +213,12 @@ async def update(db: Database, row: asyncpg.Record, data: EventUpdate) -> None:
     _check_open(row)
     changes = data.model_dump(exclude_unset=True)
     values: dict[str, Any] = {k: changes[k] for k in _AS_SENT if k in changes}
-    current = times_of(row)
-    t = times.resolve_update(current, changes)
-    if t != current:
-        values.update(_time_columns(t))
-    rule = changes["recurrence_rule"] if "recurrence_rule" in changes else row["recurrence_rule"]
-    if "recurrence_rule" in changes or t != current:
-        _check_rule(rule, t)
-        values["recurrence_rule"] = rule
+    values.update(times.update_columns(row, changes))
     if "slug" in changes:
         _check_slug(changes["slug"])
         values["slug"] = changes["slug"]
     try:
-        await store.update(db, row["id"], values)
+        await _saved(db, row["id"], lambda tx: store.update(tx, row["id"], values))
     except asyncpg.UniqueViolationError:
         raise _slug_taken(changes["slug"]) from None
 
@@ -254,21 +226,28 @@ async def update(db: Database, row: asyncpg.Record, data: EventUpdate) -> None:
 async def cancel(db: Database, row: asyncpg.Record, data: EventCancel) -> None:
     """RSVPs stay, so attendees can be told."""
     _check_open(row)
-    await store.update(db, row["id"], {
+    await _saved(db, row["id"], lambda tx: store.update(tx, row["id"], {
         "status": "cancelled", "cancelled_at": datetime.now(UTC),
         "cancellation_reason": data.reason,
-    })
+    }))
 
 
 async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule) -> None:
     """A new time, allowed on a cancelled event too: it reopens it."""
-    t = times.resolve_reschedule(times_of(row), data.model_dump(exclude_unset=True))
-    _check_rule(row["recurrence_rule"], t)
-    await store.update(db, row["id"], {
-        **_time_columns(t), "status": "scheduled", "cancelled_at": None,
+    t = times.resolve_reschedule(times.of_row(row), data.model_dump(exclude_unset=True))
+    times.check_rule(row["recurrence_rule"], t)
+    await _saved(db, row["id"], lambda tx: store.update(tx, row["id"], {
+        **times.columns(t), "status": "scheduled", "cancelled_at": None,
         "cancellation_reason": None, "is_rescheduled": True,
-    })
+    }))
 
 
 async def delete(db: Database, row: asyncpg.Record) -> None:
-    await store.delete(db, row["id"])
+    await _saved(db, row["id"], lambda tx: store.delete(tx, row["id"]))
+
+
+async def _saved(db: Database, event_id: str, write: Callable[[Tx], Awaitable[None]]) -> None:
+    """Write, and in the same transaction queue the sync of subscribers' copies."""
+    async with db.transaction() as tx:
+        await write(tx)
+        await sync.event_changed(tx, event_id)

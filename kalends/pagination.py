@@ -1,9 +1,10 @@
 """Keyset cursors: opaque, tamper-evident, and bound to the list they came from.
 
-A cursor is the base64url of `timestamp micros | id | MAC` (the list's order
-column: created_at, or start_time for event lists). The MAC
-covers the list key, so a cursor replayed on another list (or by another
-caller) fails like an edited one.
+A cursor is the base64url of `key | id | MAC`. The key is the list's order
+column: a timestamp (created_at, or start_time for event lists) as integer
+microseconds, or a search rank as `r` and the float's repr, which reads back
+to the same float exactly. The MAC covers the list key, so a cursor replayed on
+another list (or by another caller) fails like an edited one.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,13 +28,30 @@ class Cursors:
     def __init__(self, secret: bytes) -> None:
         self._secret = secret
 
-    def encode(self, list_key: str, created_at: datetime, item_id: str) -> str:
-        micros = (created_at - _EPOCH) // timedelta(microseconds=1)
-        payload = f"{micros}|{item_id}".encode()
+    def encode(self, list_key: str, key: datetime | float, item_id: str) -> str:
+        if isinstance(key, datetime):
+            key_text = str((key - _EPOCH) // timedelta(microseconds=1))
+        else:
+            key_text = f"r{float(key)!r}"
+        payload = f"{key_text}|{item_id}".encode()
         mac = self._mac(list_key, payload)
         return base64.urlsafe_b64encode(payload + b"|" + mac).decode().rstrip("=")
 
     def decode(self, list_key: str, cursor: str) -> tuple[datetime, str]:
+        """A timestamp-keyed cursor."""
+        key, item_id = self._decode(list_key, cursor)
+        if not isinstance(key, datetime):
+            raise _invalid()
+        return key, item_id
+
+    def decode_rank(self, list_key: str, cursor: str) -> tuple[float, str]:
+        """A rank-keyed cursor (search)."""
+        key, item_id = self._decode(list_key, cursor)
+        if isinstance(key, datetime):
+            raise _invalid()
+        return key, item_id
+
+    def _decode(self, list_key: str, cursor: str) -> tuple[datetime | float, str]:
         try:
             raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
             payload, mac = raw[: -_MAC_BYTES - 1], raw[-_MAC_BYTES:]
@@ -40,18 +59,21 @@ class Cursors:
                 raise ValueError
             if not hmac.compare_digest(mac, self._mac(list_key, payload)):
                 raise ValueError
-            micros_text, item_id = payload.decode().split("|", 1)
-            return _EPOCH + timedelta(microseconds=int(micros_text)), item_id
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(
-                "invalid_cursor", "The cursor is not one this list issued.", param="cursor"
-            ) from exc
+            key_text, item_id = payload.decode().split("|", 1)
+            if key_text.startswith("r"):
+                rank = float(key_text[1:])
+                if not math.isfinite(rank):
+                    raise ValueError
+                return rank, item_id
+            return _EPOCH + timedelta(microseconds=int(key_text)), item_id
+        except (ValueError, UnicodeDecodeError, OverflowError) as exc:
+            raise _invalid() from exc
 
     def page(
         self, list_key: str, rows: list[Any], limit: int, *, order: str = "created_at"
     ) -> tuple[list[Any], bool, str | None]:
         """Cut a `limit + 1` fetch into a page; the cursor points after its last row,
-        whose `order` column (a timestamp) and id are the keyset."""
+        whose `order` column (a timestamp, or a float rank) and id are the keyset."""
         has_more = len(rows) > limit
         rows = rows[:limit]
         cursor = None
@@ -63,6 +85,10 @@ class Cursors:
     def _mac(self, list_key: str, payload: bytes) -> bytes:
         msg = list_key.encode() + b"\x00" + payload
         return hmac.new(self._secret, msg, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def _invalid() -> ApiError:
+    return ApiError("invalid_cursor", "The cursor is not one this list issued.", param="cursor")
 
 
 def check_limit(limit: int) -> int:

@@ -10,7 +10,7 @@ from pydantic import Field, StringConstraints
 from db import organizations
 from db import profiles as store
 from db.database import Database
-from kalends import ids
+from kalends import ids, sync
 from kalends.auth import Viewer
 from kalends.errors import conflict, forbidden, not_found
 from kalends.validation import Body, id_of
@@ -124,9 +124,16 @@ async def create(db: Database, viewer: Viewer, data: ProfileCreate) -> str:
 
 async def update(db: Database, row: asyncpg.Record, data: ProfileUpdate) -> None:
     check_live(row)
-    await store.update(db, row["id"], data.changes())
+    changes = data.changes()
+    async with db.transaction() as tx:
+        await store.update(tx, row["id"], changes)
+        if "is_private" in changes:  # who may see its events, and so subscribers' copies
+            await sync.profile_changed(tx, row["id"])
 
 
 async def delete(db: Database, row: asyncpg.Record) -> None:
-    """Soft delete; a second delete of the same profile changes nothing."""
-    await store.soft_delete(db, row["id"])
+    """Soft delete; a second delete of the same profile changes nothing. Its
+    events leave subscribers' calendars (their owner still sees them)."""
+    async with db.transaction() as tx:
+        if await store.soft_delete(tx, row["id"]):
+            await sync.profile_changed(tx, row["id"])

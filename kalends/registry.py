@@ -101,6 +101,9 @@ class Operation:
     """What an MCP call reports for a 204 operation: deleted, removed, linked."""
     location: str | None = None
     """Path template of the created resource, formatted with the REST body."""
+    omit_null: tuple[str, ...] = ()
+    """Dotted paths in the REST body (through lists) of keys that are left out, not
+    null, when they do not apply; their schema is then optional and non-null."""
     _prepared: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
@@ -189,7 +192,14 @@ def prepare(schema: GraphQLSchema) -> None:
             continue
         op._prepared["ast"] = ast
         if op.result is not None:
-            op._prepared["response_schema"] = _response_schema(schema, ast, op.result)
+            response = _response_schema(schema, ast, op.result)
+            try:
+                for path in op.omit_null:
+                    _optional_key(response, path.split("."))
+            except KeyError:
+                problems.append(f"{op.name}: omit_null path {path} is not in the result")
+                continue
+            op._prepared["response_schema"] = response
     if problems:
         raise RuntimeError("invalid operation documents:\n  " + "\n  ".join(problems))
 
@@ -261,13 +271,29 @@ async def run(op: Operation, variables: dict[str, Any], context: Context) -> tup
     status = op.status
     if op.created is not None and not _at(result.data, op.created):
         status = 200
-    return _at(result.data, op.result), status
+    body = _at(result.data, op.result)
+    for path in op.omit_null:
+        _drop_nulls(body, path.split("."))
+    return body, status
 
 
 def _at(data: Any, path: str) -> Any:
     for key in path.split("."):
         data = data[key]
     return data
+
+
+def _drop_nulls(data: Any, keys: list[str]) -> None:
+    """Remove the null values at `keys` under `data`, walking lists and skipping nulls."""
+    if isinstance(data, list):
+        for item in data:
+            _drop_nulls(item, keys)
+    elif isinstance(data, dict):
+        if len(keys) == 1:
+            if keys[0] in data and data[keys[0]] is None:
+                del data[keys[0]]
+        else:
+            _drop_nulls(data.get(keys[0]), keys[1:])
 
 
 async def call_flat(app: Any, viewer: Any, op: Operation, arguments: dict[str, Any],
@@ -292,6 +318,8 @@ _SCALARS: dict[str, dict[str, Any]] = {
     "Float": {"type": "number"},
     "Boolean": {"type": "boolean"},
     "Timestamp": {"type": "string", "format": "date-time"},
+    "DateTime": {"type": "string", "format": "date-time"},
+    "Date": {"type": "string", "format": "date"},
 }
 
 
@@ -304,6 +332,20 @@ def _response_schema(schema: GraphQLSchema, ast: DocumentNode, root: str) -> dic
     for key in root.split("."):
         out = out["properties"][key]
     return out
+
+
+def _optional_key(schema: dict[str, Any], keys: list[str]) -> None:
+    """Mark the key at `keys` (through arrays) optional and non-null; KeyError if absent."""
+    while schema.get("type") == "array" or schema.get("type") == ["array", "null"]:
+        schema = schema["items"]
+    prop = schema["properties"][keys[0]]
+    if len(keys) > 1:
+        _optional_key(prop, keys[1:])
+        return
+    if isinstance(prop["type"], list):
+        prop["type"] = next(t for t in prop["type"] if t != "null")
+    if keys[0] in schema["required"]:
+        schema["required"].remove(keys[0])
 
 
 def _selection_schema(

@@ -9,7 +9,7 @@ from pydantic import Field, StringConstraints
 
 from db import series as store
 from db.database import Database
-from kalends import ids, profiles
+from kalends import ids, profiles, sync
 from kalends.auth import Viewer
 from kalends.errors import ApiError, conflict, not_found
 from kalends.events import Slug
@@ -62,8 +62,12 @@ async def create(db: Database, profile: asyncpg.Record, data: SeriesCreate) -> s
 
 
 async def update(db: Database, row: asyncpg.Record, data: SeriesUpdate) -> None:
+    changes = data.model_dump(exclude_unset=True)
     try:
-        await store.update(db, row["id"], data.model_dump(exclude_unset=True))
+        async with db.transaction() as tx:
+            await store.update(tx, row["id"], changes)
+            if "is_private" in changes:  # who may see it, and so its subscribers' copies
+                await sync.series_changed(tx, row["id"])
     except asyncpg.UniqueViolationError:
         raise _slug_taken(data.slug) from None
 
@@ -76,6 +80,9 @@ async def delete(db: Database, row: asyncpg.Record, *, cascade_exclusive_events:
         members, deleted = await store.delete(
             tx, row["id"], cascade_exclusive_events=cascade_exclusive_events
         )
+        # Its subscribers' copies, and the copies of any event deleted with it,
+        # are all among the profile's.
+        await sync.profile_changed(tx, row["profile_id"])
     return {"member_count": members, "deleted_event_count": deleted,
             "preserved_event_count": members - deleted}
 
@@ -87,7 +94,9 @@ async def link(db: Database, series: asyncpg.Record, event: asyncpg.Record) -> N
             param="event_id", details={"value": event["id"]},
         )
     try:
-        await store.link(db, series["id"], event["id"])
+        async with db.transaction() as tx:
+            await store.link(tx, series["id"], event["id"])
+            await sync.event_changed(tx, event["id"])
     except asyncpg.ForeignKeyViolationError as exc:
         # The series or the event was deleted between the check and the link.
         if exc.constraint_name == "series_events_series_id_fkey":
@@ -97,5 +106,7 @@ async def link(db: Database, series: asyncpg.Record, event: asyncpg.Record) -> N
 
 async def unlink(db: Database, series: asyncpg.Record, event_id: str) -> None:
     """Removes the link only, never the event."""
-    if not await store.unlink(db, series["id"], event_id):
-        raise not_found("event in this series", param="event_id")
+    async with db.transaction() as tx:
+        if not await store.unlink(tx, series["id"], event_id):
+            raise not_found("event in this series", param="event_id")
+        await sync.event_changed(tx, event_id)

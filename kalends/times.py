@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from kalends import recurrence
 from kalends.errors import ApiError
 
 # Shown to clients in `details.expected_shapes`. `T` may also be a space or a
@@ -239,6 +240,58 @@ def resolve_reschedule(current: EventTimes, fields: Mapping[str, Any]) -> EventT
         )
     end = _keep_duration(current, start)
     return _timed(start, end, start_tz.key, current.end_timezone, range_param="start_time")
+
+
+# ---------------------------------------------------------------------------
+# Stored columns: events and calendar events keep their times alike
+
+
+def of_row(row: Mapping[str, Any]) -> EventTimes:
+    """The times of a stored event or calendar event."""
+    return EventTimes(
+        is_all_day=row["is_all_day"], start_time=row["start_time"], end_time=row["end_time"],
+        start_timezone=row["start_timezone"], end_timezone=row["end_timezone"],
+        start_date=row["start_date"], end_date=row["end_date"],
+    )
+
+
+def columns(t: EventTimes) -> dict[str, Any]:
+    return {
+        "is_all_day": t.is_all_day, "start_time": t.start_time, "end_time": t.end_time,
+        "start_timezone": t.start_timezone, "end_timezone": t.end_timezone,
+        "start_date": t.start_date, "end_date": t.end_date,
+    }
+
+
+def check_rule(rule: str | None, t: EventTimes) -> None:
+    """A rule must have a first occurrence from the event's start, on its wall clock."""
+    if rule is not None:
+        recurrence.check(rule, t.local_start, zone(t.start_timezone, param="start_timezone"))
+
+
+def create_columns(fields: Mapping[str, Any], *, fill_end_timezone: bool) -> dict[str, Any]:
+    """The time columns and `recurrence_rule` of a new event from the fields sent
+    (see `resolve_create`)."""
+    t = resolve_create(fields, fill_end_timezone=fill_end_timezone)
+    rule = fields.get("recurrence_rule")
+    check_rule(rule, t)
+    return {**columns(t), "recurrence_rule": rule}
+
+
+def update_columns(row: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The time columns and `recurrence_rule` a PATCH changes, from the stored
+    `row` and the fields sent (see `resolve_update`). The rule is judged again
+    whenever it or the times change: it must still occur from the new start."""
+    current = of_row(row)
+    t = resolve_update(current, changes)
+    values: dict[str, Any] = {}
+    if t != current:
+        values.update(columns(t))
+    if "recurrence_rule" in changes or t != current:
+        rule = changes.get("recurrence_rule", row["recurrence_rule"])
+        check_rule(rule, t)
+        values["recurrence_rule"] = rule
+    return values
 
 
 # ---------------------------------------------------------------------------

@@ -84,10 +84,10 @@ class User:
 class LiveServer:
     """The real application on 127.0.0.1, in a thread with its own loop."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, **options: Any) -> None:
         from kalends.app import create_app
 
-        self.app = create_app(dsn)
+        self.app = create_app(dsn, **options)
         self.loop = asyncio.new_event_loop()
         self._runner = web.AppRunner(self.app, access_log=None)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)

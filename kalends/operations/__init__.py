@@ -1,5 +1,9 @@
 """Every public operation, declared once. Importing this package registers them."""
 
-from kalends.operations import events, organizations, profiles, rsvps, series
+from kalends.operations import (  # noqa: I001
+    agenda, calendars, events, follows, organizations, profiles, rsvps, search, series,
+    subscriptions,
+)
 
-__all__ = ["events", "organizations", "profiles", "rsvps", "series"]
+__all__ = ["agenda", "calendars", "events", "follows", "organizations", "profiles", "rsvps",
+           "search", "series", "subscriptions"]

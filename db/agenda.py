@@ -1,0 +1,79 @@
+"""The agenda's reads: the searched calendars, then every stored event that may
+show in the window, each in one statement whatever the number of calendars or
+events (the domain layer expands recurrence and decides the exact overlap)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date, datetime
+
+import asyncpg
+
+from db import visibility
+from db.database import Database
+
+
+async def calendars(
+    db: Database, user_id: str, calendar_ids: Sequence[str] | None,
+    external_ids: Sequence[str],
+) -> list[asyncpg.Record]:
+    """The user's personal calendars among `calendar_ids` (all of them when None)
+    and the user's connected calendars among `external_ids`, oldest first."""
+    return await db.fetch(
+        """
+        SELECT id, name, 'kalends' AS provider, created_at
+        FROM calendars
+        WHERE user_id = $1 AND ($2::text[] IS NULL OR id = ANY($2::text[]))
+        UNION ALL
+        SELECT id, name, provider, created_at
+        FROM external_calendars
+        WHERE user_id = $1 AND id = ANY($3::text[])
+        ORDER BY created_at, id
+        """,
+        user_id, None if calendar_ids is None else list(calendar_ids), list(external_ids),
+    )
+
+
+async def events(
+    db: Database, viewer_id: str, calendar_ids: Sequence[str], start: datetime, end: datetime,
+    first_day: date, end_day: date,
+) -> list[asyncpg.Record]:
+    """Events of `calendar_ids` that are not cancelled and may meet the window: timed
+    ones overlapping [start, end) (a point inside it), all-day ones whose dates meet
+    [first_day, end_day), and recurring ones that begin before the window ends.
+
+    A synced copy carries its source profile's handle and name, and whether the
+    viewer may see that profile (db/visibility.py)."""
+    return await db.fetch(
+        f"""
+        WITH ev AS (
+            SELECT ce.id, ce.calendar_id, ce.title, ce.description, ce.location,
+                   ce.start_time, ce.end_time, ce.start_timezone, ce.end_timezone,
+                   ce.is_all_day, ce.start_date, ce.end_date, ce.recurrence_rule,
+                   ce.transparency, ce.source_event_id, ce.source_profile_id,
+                   ce.subscription_id
+            FROM calendar_events ce
+            WHERE ce.calendar_id = ANY($2::text[])
+              AND ce.status <> 'cancelled'
+              AND CASE WHEN ce.is_all_day THEN ce.start_date < $6
+                       ELSE ce.start_time < $4 END
+              AND (ce.recurrence_rule IS NOT NULL
+                   OR CASE WHEN ce.is_all_day THEN ce.end_date > $5
+                           ELSE coalesce(ce.end_time > $3, ce.start_time >= $3) END)
+        ),
+        src AS (
+            SELECT DISTINCT source_profile_id AS profile_id
+            FROM ev WHERE source_profile_id IS NOT NULL
+        ),
+        prof AS (
+            SELECT p.id, p.platform_id::text AS platform_id, p.display_name,
+                   {visibility.columns('$1')}
+            FROM src {visibility.join_profile('src', '$1')}
+        )
+        SELECT ev.*, prof.platform_id AS profile_platform_id,
+               prof.display_name AS profile_display_name,
+               coalesce(prof.profile_visible, false) AS profile_visible
+        FROM ev LEFT JOIN prof ON prof.id = ev.source_profile_id
+        """,
+        viewer_id, list(calendar_ids), start, end, first_day, end_day,
+    )

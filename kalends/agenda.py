@@ -1,0 +1,375 @@
+"""The agenda: a read-only schedule of the caller's calendars over a window of
+local days.
+
+The window is `days` local days from `date` in the resolved zone (the `timezone`
+parameter, else the user's saved zone, else UTC): from local midnight of `date`
+to local midnight of `date + days`, so a day with a DST change is 23 or 25 hours.
+Timed items overlap it as instants; all-day items are floating and meet it by
+calendar date. Recurring events are expanded on the wall clock of their own
+`start_timezone` and shown in the requested zone. Items are sorted by (start,
+occurrence_id) and capped at `MAX_ITEMS`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Literal, NamedTuple
+from zoneinfo import ZoneInfo
+
+import asyncpg
+
+from db import agenda as store
+from db.database import Database
+from kalends import ids, recurrence, times
+from kalends.auth import Viewer
+from kalends.errors import ApiError
+
+log = logging.getLogger("kalends.agenda")
+
+MAX_ITEMS = 500
+DEFAULT_DAYS = 7
+MAX_DAYS = 31
+DAYS_BACK = 30
+DAYS_AHEAD = 365
+MAX_CALENDARS = 100
+PROVIDER = "kalends"
+
+Reason = Literal["max_items", "expansion_limit"]
+
+
+@dataclass(frozen=True)
+class Window:
+    first_day: date
+    end_date: date  # exclusive
+    tz: ZoneInfo
+    start: datetime  # local midnight of `date`, UTC
+    end: datetime  # local midnight of `end_date`, UTC
+
+
+@dataclass(frozen=True)
+class ProfileRef:
+    id: str
+    platform_id: str
+    display_name: str
+
+
+@dataclass(frozen=True)
+class Item:
+    occurrence_id: str
+    calendar_id: str
+    event_id: str
+    editable: bool
+    title: str
+    start: datetime
+    end: datetime | None
+    local_start: datetime
+    local_end: datetime | None
+    is_all_day: bool
+    location: str | None
+    busy: bool
+    is_recurring: bool
+    profile: ProfileRef | None
+    source_type: Literal["personal", "subscription"]
+    subscription_id: str | None
+    start_date: date | None
+    end_date: date | None
+    description: str | None
+
+
+@dataclass(frozen=True)
+class Source:
+    calendar_id: str
+    name: str
+    provider: str
+    last_sync_at: datetime | None
+    status: Literal["ok", "warning"]
+
+
+@dataclass(frozen=True)
+class SyncWarning:
+    calendar_id: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Agenda:
+    window: Window
+    items: list[Item]
+    complete: bool
+    incomplete_reason: Reason | None
+    sources: list[Source]
+    warnings: list[SyncWarning]
+
+
+# ---------------------------------------------------------------------------
+# Query parameters
+
+
+def resolve_zone(requested: str | None, saved: str | None) -> ZoneInfo:
+    """`timezone` as sent, else the user's saved zone, else UTC."""
+    if requested is not None:
+        return times.zone(requested, param="timezone")
+    if saved is not None:
+        try:
+            return times.zone(saved, param="timezone")
+        except ApiError:
+            # Saved by an operator, not sent by the client: not the client's mistake.
+            log.warning("unusable saved time zone %r; using UTC", saved)
+    return ZoneInfo("UTC")
+
+
+def window(tz: ZoneInfo, date_text: str | None, days: int, *, now: datetime | None = None
+           ) -> Window:
+    """The window of `days` local days from `date_text` (default: today in `tz`),
+    within DAYS_BACK days back and DAYS_AHEAD days ahead of today in `tz`."""
+    if not 1 <= days <= MAX_DAYS:
+        raise ApiError(
+            "invalid_query_parameter", f"`days` must be 1 to {MAX_DAYS}.", param="days",
+            details={"value": days},
+        )
+    today = (now or datetime.now(UTC)).astimezone(tz).date()
+    first = today if date_text is None else _date(date_text)
+    earliest = today - timedelta(days=DAYS_BACK)
+    latest_end = today + timedelta(days=DAYS_AHEAD)
+    # Compared before adding, so a far date cannot overflow.
+    if first < earliest or first > latest_end - timedelta(days=days):
+        raise ApiError(
+            "agenda_window_out_of_range",
+            f"The agenda window must lie within {DAYS_BACK} days back and {DAYS_AHEAD} days "
+            f"ahead of today ({today.isoformat()} in {tz.key}): its first day no earlier "
+            f"than {earliest.isoformat()} and its exclusive end no later than "
+            f"{latest_end.isoformat()}.",
+            details={"start": earliest.isoformat(), "end": latest_end.isoformat()},
+        )
+    end_date = first + timedelta(days=days)
+    return Window(first, end_date, tz, times.local_midnight(first, tz),
+                  times.local_midnight(end_date, tz))
+
+
+def _date(text: str) -> date:
+    try:
+        return times.parse_date(text, param="date")
+    except ApiError:
+        raise ApiError(
+            "invalid_query_parameter", "`date` must be a calendar date written YYYY-MM-DD.",
+            param="date", details={"value": text},
+        ) from None
+
+
+def parse_calendar_ids(values: Sequence[str] | None) -> list[str] | None:
+    """The cal_ and xcal_ IDs sent, normalised, in order, without repeats; None: not sent."""
+    if values is None:
+        return None
+    if not 1 <= len(values) <= MAX_CALENDARS:
+        raise ApiError(
+            "invalid_query_parameter",
+            f"`calendar_ids` must list 1 to {MAX_CALENDARS} calendar IDs, comma-separated.",
+            param="calendar_ids",
+        )
+    for value in values:
+        if not (ids.is_valid("cal", value) or ids.is_valid("xcal", value)):
+            raise ApiError(
+                "invalid_id",
+                "Each entry of `calendar_ids` must be a cal_ or xcal_ ID (the prefix and 32 "
+                "hex digits).",
+                param="calendar_ids", details={"value": value},
+            )
+    return list(dict.fromkeys(v.lower() for v in values))
+
+
+# ---------------------------------------------------------------------------
+# The agenda
+
+
+async def build(
+    db: Database, viewer: Viewer, *, date_text: str | None, days: int, timezone: str | None,
+    calendar_ids: Sequence[str] | None,
+) -> Agenda:
+    tz = resolve_zone(timezone, viewer.timezone)
+    w = window(tz, date_text, days)
+    requested = parse_calendar_ids(calendar_ids)
+    if requested is None:
+        rows = await store.calendars(db, viewer.user_id, None, [])
+    else:
+        rows = await store.calendars(
+            db, viewer.user_id, [c for c in requested if c.startswith("cal_")],
+            [c for c in requested if c.startswith("xcal_")],
+        )
+        rows = _in_requested_order(rows, requested)
+    sources = [_source(r) for r in rows]
+    personal = [s.calendar_id for s in sources if s.provider == PROVIDER]
+    found = await store.events(db, viewer.user_id, personal, w.start, w.end, w.first_day,
+                               w.end_date) if personal else []
+    items, complete, reason = merge(found, w)
+    warnings = [
+        SyncWarning(
+            s.calendar_id, "sync_unknown",
+            "Nothing is known yet about this connected calendar's sync; its events are not "
+            "included.",
+        )
+        for s in sources if s.status == "warning"
+    ]
+    return Agenda(w, items, complete, reason, sources, warnings)
+
+
+def _in_requested_order(rows: list[asyncpg.Record], wanted: list[str]) -> list[asyncpg.Record]:
+    by_id = {r["id"]: r for r in rows}
+    for calendar_id in wanted:
+        if calendar_id not in by_id:
+            raise ApiError(
+                "resource_not_found", f"No such calendar: {calendar_id}.", param="calendar_ids",
+            )
+    return [by_id[c] for c in wanted]
+
+
+def _source(row: asyncpg.Record) -> Source:
+    if row["provider"] == PROVIDER:
+        return Source(row["id"], row["name"], PROVIDER, None, "ok")
+    # Connected calendars have no sync state yet: nothing can vouch for their data.
+    return Source(row["id"], row["name"], row["provider"], None, "warning")
+
+
+class _Slot(NamedTuple):
+    """An occurrence found in the window; made into an `Item` only if it is kept."""
+
+    start: datetime
+    occurrence_id: str
+    end: datetime | None
+    start_date: date | None
+    end_date: date | None
+    row: asyncpg.Record
+
+
+def merge(rows: Sequence[asyncpg.Record], w: Window
+          ) -> tuple[list[Item], bool, Reason | None]:
+    """Every occurrence of `rows` that meets the window, sorted, at most MAX_ITEMS."""
+    slots: list[_Slot] = []
+    cut = short = False
+    for row in rows:
+        found, reason = _occurrences(row, w)
+        slots.extend(found)
+        cut = cut or reason == "max_items"
+        short = short or reason == "expansion_limit"
+    slots.sort(key=lambda s: (s.start, s.occurrence_id))
+    if len(slots) > MAX_ITEMS:
+        cut = True
+        del slots[MAX_ITEMS:]
+    items = [_item(s, w.tz) for s in slots]
+    # Work ran out: occurrences may be missing anywhere, not only past the cut.
+    if short:
+        return items, False, "expansion_limit"
+    if cut:
+        return items, False, "max_items"
+    return items, True, None
+
+
+def _occurrences(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
+    t = times.of_row(row)
+    try:
+        if t.is_all_day:
+            return _all_day(row, t, w)
+        return _timed(row, t, w)
+    except ApiError as exc:
+        # Rules are checked when written; one that no longer expands must not take
+        # the whole agenda down.
+        log.warning("calendar event %s not expanded: %s", row["id"], exc.message)
+        return [], None
+
+
+def _timed(row: asyncpg.Record, t: times.EventTimes, w: Window
+           ) -> tuple[list[_Slot], Reason | None]:
+    length = t.end_time - t.start_time if t.end_time is not None else None
+    rule = row["recurrence_rule"]
+    if rule is None:
+        starts, reason = [t.start_time], None
+    else:
+        # Started before the window but still running in it: look back one length.
+        expansion = recurrence.occurrences(
+            rule, t.local_start, times.zone(t.start_timezone, param="start_timezone"),
+            w.start - (length or timedelta()), w.end, limit=MAX_ITEMS + 1,
+        )
+        starts, reason = [o.start for o in expansion.items], expansion.incomplete_reason
+    slots = []
+    for start in starts:
+        if length is None:
+            if not w.start <= start < w.end:  # a point
+                continue
+            end = None
+        else:
+            end = start + length
+            if not (start < w.end and end > w.start):
+                continue
+        stamp = start.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        slots.append(_Slot(start, f"{row['id']}:{stamp}", end, None, None, row))
+    return slots, reason
+
+
+def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
+             ) -> tuple[list[_Slot], Reason | None]:
+    assert t.start_date is not None and t.end_date is not None  # all-day rows have both
+    length = t.end_date - t.start_date
+    rule = row["recurrence_rule"]
+    if rule is None:
+        days, reason = [t.start_date], None
+    else:
+        # Dates are expanded as midnights in the event's zone; the dates whose span
+        # meets the window start in [w.first_day - length + 1 day, w.end_date).
+        tz = times.zone(t.start_timezone, param="start_timezone")
+        expansion = recurrence.occurrences(
+            rule, datetime.combine(t.start_date, time()), tz,
+            times.local_midnight(w.first_day - length + timedelta(days=1), tz),
+            times.local_midnight(w.end_date, tz), limit=MAX_ITEMS + 1,
+        )
+        days = list(dict.fromkeys(o.original_local.date() for o in expansion.items))
+        reason = expansion.incomplete_reason
+    slots = []
+    for day in days:
+        end_day = day + length
+        if not (day < w.end_date and end_day > w.first_day):
+            continue
+        # Floating: the same dates whatever the zone, their midnights in the agenda's.
+        slots.append(_Slot(
+            times.local_midnight(day, w.tz), f"{row['id']}:{day.strftime('%Y%m%d')}",
+            times.local_midnight(end_day, w.tz), day, end_day, row,
+        ))
+    return slots, reason
+
+
+def _item(slot: _Slot, tz: ZoneInfo) -> Item:
+    row, start, end = slot.row, slot.start, slot.end
+    copy = row["source_event_id"] is not None
+    recurring = row["recurrence_rule"] is not None
+    profile = None
+    if copy and row["profile_visible"]:
+        profile = ProfileRef(row["source_profile_id"], row["profile_platform_id"],
+                             row["profile_display_name"])
+    return Item(
+        occurrence_id=slot.occurrence_id,
+        calendar_id=row["calendar_id"],
+        event_id=row["id"],
+        editable=not copy and not recurring,
+        title=row["title"],
+        start=start,
+        end=end,
+        local_start=_local(start, tz),
+        local_end=_local(end, tz) if end is not None else None,
+        is_all_day=row["is_all_day"],
+        location=row["location"],
+        busy=row["transparency"] == "opaque",
+        is_recurring=recurring,
+        profile=profile,
+        source_type="subscription" if copy else "personal",
+        subscription_id=row["subscription_id"] if copy else None,
+        start_date=slot.start_date,
+        end_date=slot.end_date,
+        description=row["description"],
+    )
+
+
+def _local(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The instant on `tz`'s clock, with its offset; whole seconds as everywhere."""
+    return instant.astimezone(tz).replace(microsecond=0)

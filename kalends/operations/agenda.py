@@ -1,0 +1,85 @@
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from kalends.agenda import DAYS_AHEAD, DAYS_BACK, DEFAULT_DAYS, MAX_CALENDARS, MAX_DAYS, MAX_ITEMS
+from kalends.registry import Mcp, Operation, Param, register
+
+
+def _calendar_ids(value: str | None) -> dict[str, list[str] | None]:
+    # "" is a list with no entries, refused by kalends.agenda like any empty list.
+    return {"calendar_ids": None if value is None else value.split(",") if value else []}
+
+
+def _detail(value: str) -> dict[str, bool]:
+    return {"full": value == "full"}
+
+
+_FIELDS = """
+fragment AgendaFields on Agenda {
+  window { date end_date timezone start end }
+  items {
+    occurrence_id calendar_id event_id editable title start end local_start local_end
+    is_all_day location busy is_recurring
+    profile { id platform_id display_name }
+    source { type subscription_id }
+    start_date end_date
+    description @include(if: $full)
+  }
+  complete incomplete_reason
+  sources { calendar_id name provider last_sync_at status }
+  warnings { calendar_id code message }
+}
+"""
+
+register(
+    Operation(
+        name="getAgenda",
+        method="GET",
+        path="/v1/agenda",
+        tag="Agenda",
+        summary="The caller's combined schedule over a window of local days",
+        params=(
+            Param("date", "query", str | None,
+                  "First local day, YYYY-MM-DD; default today in the resolved zone.",
+                  default=None),
+            Param("days", "query", Annotated[int, Field(ge=1, le=MAX_DAYS)],
+                  f"Window length in local days, 1 to {MAX_DAYS}.", default=DEFAULT_DAYS),
+            Param("timezone", "query", str | None,
+                  "IANA zone of the local days; default the user's saved zone, then UTC.",
+                  default=None),
+            Param("calendar_ids", "query", str | None,
+                  f"Comma-separated exact cal_ or xcal_ IDs, 1 to {MAX_CALENDARS}; default "
+                  "all of the caller's personal calendars.",
+                  default=None, variables=_calendar_ids),
+            Param("detail", "query", Literal["summary", "full"],
+                  "summary: titles, times, location and source; full adds descriptions.",
+                  default="summary", variables=_detail),
+        ),
+        document=f"""
+        query getAgenda($date: String, $days: Int!, $timezone: String, $calendar_ids: [ID!],
+                        $full: Boolean!) {{
+          agenda(date: $date, days: $days, timezone: $timezone, calendar_ids: $calendar_ids) {{
+            ...AgendaFields
+          }}
+        }}
+        {_FIELDS}""",
+        result="agenda",
+        omit_null=("items.start_date", "items.end_date"),
+        mcp=Mcp(
+            title="Get the agenda",
+            description=(
+                "The caller's schedule over `days` (1 to 31, default 7) local days from `date` "
+                "(YYYY-MM-DD, default today) in `timezone` (default the saved zone, then UTC): "
+                "personal calendar events and subscription-synced copies, recurring ones "
+                f"expanded, sorted by start, at most {MAX_ITEMS} items. The window must lie "
+                f"within {DAYS_BACK} days back and {DAYS_AHEAD} days ahead. Reuse exact cal_ "
+                "IDs from listCalendars in calendar_ids. Check complete (false when items were "
+                "cut or expansion stopped) and warnings before relying on availability; busy "
+                "tells time blocked. occurrence_id is read-only; edit an editable item with "
+                "updateCalendarEvent using its calendar_id and event_id."
+            ),
+            read_only=True, idempotent=True,
+        ),
+    ),
+)

@@ -1,0 +1,56 @@
+from typing import Annotated
+
+from pydantic import Field
+
+from db.search import KINDS
+from kalends.operations.common import PAGE, PAGE_ARGUMENTS, PAGE_VARIABLES
+from kalends.registry import Mcp, Operation, Param, register
+from kalends.search import MAX_QUERY_LENGTH, split_types
+
+Q = Param(
+    "q", "query", Annotated[str, Field(min_length=1, max_length=MAX_QUERY_LENGTH)],
+    f"Search text, 1 to {MAX_QUERY_LENGTH} characters, in web-search syntax: words, "
+    '"an exact phrase", `or`, `-excluded`. The last word also matches as a prefix.',
+)
+TYPE = Param(
+    "type", "query", Annotated[str, Field(min_length=1, max_length=64)] | None,
+    f"Comma-separated kinds to search, any of {', '.join(KINDS)}; all when omitted.",
+    default=None, variables=split_types,
+)
+
+register(
+    Operation(
+        name="search",
+        method="GET",
+        path="/v1/search",
+        tag="Search",
+        summary="Search events, profiles and series",
+        params=(Q, TYPE, *PAGE),
+        document=f"""
+        query search($q: String!, $types: [String!], {PAGE_VARIABLES}) {{
+          search(q: $q, types: $types, {PAGE_ARGUMENTS}) {{
+            data {{
+              type id title description rank image_url slug profile_handle date_info
+            }}
+            has_more next_cursor
+          }}
+        }}
+        """,
+        result="search",
+        mcp=Mcp(
+            title="Search events, profiles and series",
+            description=(
+                "Full-text search over the events, profiles and series visible to the caller. "
+                "q is search-box text: words (all must match), \"an exact phrase\", `or`, "
+                "`-word` to exclude; the last word also matches as a prefix, so a partial word "
+                "works. type narrows the kinds, comma-separated: event, profile, series. Each "
+                "item has type and id (evt_, prf_ or ser_: fetch details with getEvent, "
+                "getProfile or getSeries), title, rank and profile_handle. Best matches first "
+                "(rank descending). Paginated: while has_more is true, call again with the "
+                "same q and type and cursor set to next_cursor; a cursor works only with the "
+                "q and type it came from."
+            ),
+            read_only=True, idempotent=True,
+        ),
+    ),
+)

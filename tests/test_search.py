@@ -1,0 +1,571 @@
+"""GET /v1/search (contract §2, §4): full-text search over events, profiles and
+series, with the API's visibility rules, a type filter, rank-ordered keyset
+pages, hostile input, one SQL statement per page, and a plan on the GIN indexes.
+
+Every test searches for words it made up, so other tests' rows never match.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+import string
+from typing import Any
+
+import orjson
+import pytest
+from conftest import assert_error, new_event, new_profile, walk
+
+from db import search as search_sql
+from kalends import accounts
+
+ITEM_KEYS = {
+    "type", "id", "title", "description", "rank", "image_url", "slug", "profile_handle",
+    "date_info",
+}
+
+
+def word() -> str:
+    """A made-up word: letters only, so every text search parser keeps it whole."""
+    return "".join(random.choices(string.ascii_lowercase, k=12))
+
+
+async def search(api: Any, user: Any, q: str, **params: str) -> list[dict[str, Any]]:
+    """One page (the default size is plenty here) of hits."""
+    status, page, _ = await api.get("/v1/search", user, params={"q": q, **params})
+    assert status == 200, page
+    assert set(page) == {"data", "has_more", "next_cursor"}, page
+    return page["data"]  # type: ignore[no-any-return]
+
+
+async def found(api: Any, user: Any, q: str, **params: str) -> set[str]:
+    return {item["id"] for item in await search(api, user, q, **params)}
+
+
+async def new_series(api: Any, user: Any, profile: dict[str, Any], **fields: Any
+                     ) -> dict[str, Any]:
+    body = {"name": "Season", "slug": word(), **fields}
+    status, created, _ = await api.post(f"/v1/profiles/{profile['id']}/series", user, json=body)
+    assert status == 201, created
+    return created  # type: ignore[no-any-return]
+
+
+async def org_with(live_server: Any, make_user: Any) -> tuple[str, Any, Any, Any]:
+    owner, admin, member = await make_user(), await make_user(), await make_user()
+    org = live_server.admin(accounts.create_organization, "Venue", owner.email, None)
+    live_server.admin(accounts.add_member, org["organization_id"], admin.email, "admin")
+    live_server.admin(accounts.add_member, org["organization_id"], member.email, "member")
+    return org["organization_id"], owner, admin, member
+
+
+# ---------------------------------------------------------------------------
+# What is found, and what an item says
+
+
+async def test_items_of_each_type(api: Any, user: Any) -> None:
+    w = word()
+    profile = await new_profile(
+        api, user, display_name=f"{w} studio", description="Classes downtown",
+        profile_image_url="https://example.com/p.png",
+    )
+    event = await new_event(
+        api, user, profile, title=f"Morning {w}", description="Bring a mat",
+        image_url="https://example.com/e.png", start_time="2031-05-06T10:00",
+        start_timezone="Europe/Paris",
+    )
+    series = await new_series(api, user, profile, name=f"{w} season", description="Ten weeks")
+
+    items = {item["type"]: item for item in await search(api, user, w)}
+    assert set(items) == {"event", "profile", "series"}
+    for item in items.values():
+        assert set(item) == ITEM_KEYS, item
+        assert isinstance(item["rank"], float) and item["rank"] > 0
+    handle = profile["platform_id"]
+    assert items["event"] | {"rank": None} == {
+        "type": "event", "id": event["id"], "title": f"Morning {w}",
+        "description": "Bring a mat", "rank": None, "image_url": "https://example.com/e.png",
+        "slug": event["slug"], "profile_handle": handle, "date_info": "2031-05-06T08:00:00Z",
+    }
+    assert items["profile"] | {"rank": None} == {
+        "type": "profile", "id": profile["id"], "title": f"{w} studio",
+        "description": "Classes downtown", "rank": None,
+        "image_url": "https://example.com/p.png", "slug": handle, "profile_handle": handle,
+        "date_info": None,
+    }
+    assert items["series"] | {"rank": None} == {
+        "type": "series", "id": series["id"], "title": f"{w} season", "description": "Ten weeks",
+        "rank": None, "image_url": None, "slug": series["slug"], "profile_handle": handle,
+        "date_info": None,
+    }
+
+
+async def test_every_searchable_field(api: Any, user: Any) -> None:
+    words = [word() for _ in range(9)]
+    profile = await new_profile(api, user, display_name=f"Studio {words[0]}",
+                                description=f"About {words[1]}", platform_id=f"{words[2]}_x.y-z")
+    by_title = await new_event(api, user, profile, title=f"Concert {words[3]}")
+    by_description = await new_event(api, user, profile, description=f"With {words[4]}")
+    by_location = await new_event(api, user, profile, location=f"{words[5]} hall")
+    by_name = await new_series(api, user, profile, name=f"Tour {words[6]}")
+    by_series_description = await new_series(api, user, profile, description=f"Of {words[7]}")
+
+    for w in words[:3]:
+        assert await found(api, user, w) == {profile["id"]}, w
+    assert await found(api, user, words[3]) == {by_title["id"]}
+    assert await found(api, user, words[4]) == {by_description["id"]}
+    assert await found(api, user, words[5]) == {by_location["id"]}
+    assert await found(api, user, words[6]) == {by_name["id"]}
+    assert await found(api, user, words[7]) == {by_series_description["id"]}
+    # The whole handle, and each of its parts.
+    assert await found(api, user, f"{words[2]}_x.y-z") == {profile["id"]}
+    assert await found(api, user, f"{words[2]} z") == {profile["id"]}
+    assert await found(api, user, words[8]) == set()
+
+
+async def test_changes_are_searchable_at_once(api: Any, user: Any) -> None:
+    old, new = word(), word()
+    profile = await new_profile(api, user)
+    event = await new_event(api, user, profile, title=old)
+    status, _, _ = await api.patch(f"/v1/events/{event['id']}", user, json={"title": new})
+    assert status == 200
+    assert await found(api, user, old) == set()
+    assert await found(api, user, new) == {event["id"]}
+    assert (await api.delete(f"/v1/events/{event['id']}", user))[0] == 204
+    assert await found(api, user, new) == set()
+
+
+# ---------------------------------------------------------------------------
+# How the text is read
+
+
+async def test_stems_match_other_forms_of_a_word(api: Any, user: Any) -> None:
+    w = word()
+    profile = await new_profile(api, user)
+    event = await new_event(api, user, profile, title=f"{w} running classes")
+    assert await found(api, user, f"{w} runs class") == {event["id"]}
+    assert await found(api, user, f"{w} ran") == set()
+
+
+async def test_the_last_word_matches_as_a_prefix(api: Any, user: Any) -> None:
+    w = word()
+    profile = await new_profile(api, user, display_name=f"The {w}yoga studio")
+    event = await new_event(api, user, profile, title=f"Guided {w}meditation")
+    assert await found(api, user, f"{w}yo") == {profile["id"]}
+    assert await found(api, user, f"studio {w}yo") == {profile["id"]}
+    # The english stem of "…meditation" is "…medit", which "…medita" does not
+    # start; the words as written are indexed too, so the prefix still matches.
+    assert await found(api, user, f"{w}medita") == {event["id"]}
+    # Only the last word: an earlier partial word must match whole.
+    assert await found(api, user, f"{w}yo studio") == set()
+    # A closing quote asks for exactly the phrase.
+    assert await found(api, user, f'"{w}yo"') == set()
+    assert await found(api, user, f'"{w}yoga studio"') == {profile["id"]}
+
+
+async def test_web_search_syntax(api: Any, user: Any) -> None:
+    w = word()
+    profile = await new_profile(api, user)
+    jazz = await new_event(api, user, profile, title=f"{w} jazz night")
+    rock = await new_event(api, user, profile, title=f"{w} rock night")
+    assert await found(api, user, w) == {jazz["id"], rock["id"]}
+    assert await found(api, user, f"{w} jazz") == {jazz["id"]}
+    assert await found(api, user, f"{w} -jazz") == {rock["id"]}
+    assert await found(api, user, f"{w} jazz or rock") == {jazz["id"], rock["id"]}
+    assert await found(api, user, f'"night {w}"') == set()
+    assert await found(api, user, f'"{w} rock night"') == {rock["id"]}
+
+
+async def test_stop_words_are_searchable(api: Any, user: Any) -> None:
+    """Names are also indexed as written: a stop word still counts there."""
+    w = word()
+    profile = await new_profile(api, user, display_name=f"The Who {w}")
+    assert await found(api, user, f"the who {w}") == {profile["id"]}
+    # english alone would read "the who" as nothing at all.
+    assert profile["id"] in await found(api, user, "the who", type="profile", limit="100")
+
+
+HOSTILE = [
+    "&&&", "!", "|", "'", "''", '"', '""', '"""', "\\", "\\\\", ":*", "*", "a:*", "a:*b",
+    "(((", ")", "<->", "<2>", "!(a|b)", "a & | b", "' OR 1=1 --",
+    "'); DROP TABLE events; --", "$1", "%s", "{}", "\x00", "a\x00b", "\t\n\r",
+    "   ", "-", "--a", "or", "or or", "- or -", "中文", "日本語のテキスト", "😀🎉", "é" * 256,
+    "a" * 256, "x " * 128, "a:A", "a:*A", "a:B*", "\u200b", "\ufeff", "\u202e",
+]
+
+
+@pytest.mark.parametrize("q", HOSTILE)
+async def test_any_text_is_answered_without_error(api: Any, user: Any, q: str) -> None:
+    await search(api, user, q)
+
+
+async def test_undecodable_query_strings_are_answered_without_error(
+    api: Any, user: Any
+) -> None:
+    for raw in ("%ED%A0%80", "%FF%FE", "%C0%80", "a%00b", "%"):
+        status, body, _ = await api.get(f"/v1/search?q={raw}", user)
+        assert status in (200, 400), body
+        if status == 400:
+            assert_error(status, body, 400, "invalid_query_parameter", param="q")
+
+
+async def test_operators_around_a_word_still_find_it(api: Any, user: Any) -> None:
+    w = word()
+    profile = await new_profile(api, user)
+    event = await new_event(api, user, profile, title=f"{w} o'clock")
+    for q in (f"'{w}'", f"{w}:*", f"\\{w}", f"!{w}", f"({w})", f"{w} & ", f"«{w}»",
+              f"{w}\x00", f"{w} o'clock"):
+        assert await found(api, user, q) == {event["id"]}, q
+
+
+# ---------------------------------------------------------------------------
+# Parameters
+
+
+async def test_q_is_required_and_1_to_256_characters(api: Any, user: Any) -> None:
+    status, body, _ = await api.get("/v1/search", user)
+    assert_error(status, body, 400, "invalid_query_parameter", param="q")
+    status, body, _ = await api.get("/v1/search", user, params={"q": ""})
+    assert_error(status, body, 400, "invalid_query_parameter", param="q")
+    status, body, _ = await api.get("/v1/search", user, params={"q": "a" * 257})
+    assert_error(status, body, 400, "invalid_query_parameter", param="q")
+    await search(api, user, "a" * 256)
+
+
+async def test_unknown_parameters_are_refused(api: Any, user: Any) -> None:
+    status, body, _ = await api.get("/v1/search", user, params={"q": "a", "types": "event"})
+    assert_error(status, body, 400, "invalid_query_parameter", param="types")
+
+
+async def test_type_filter(api: Any, user: Any) -> None:
+    w = word()
+    profile = await new_profile(api, user, display_name=w)
+    event = await new_event(api, user, profile, title=w)
+    series = await new_series(api, user, profile, name=w)
+    assert await found(api, user, w, type="event") == {event["id"]}
+    assert await found(api, user, w, type="profile") == {profile["id"]}
+    assert await found(api, user, w, type="series") == {series["id"]}
+    assert await found(api, user, w, type="series,event") == {series["id"], event["id"]}
+    assert await found(api, user, w, type="event, profile,event") == {event["id"], profile["id"]}
+    assert await found(api, user, w, type="event,profile,series") == {
+        event["id"], profile["id"], series["id"],
+    }
+
+
+@pytest.mark.parametrize("value", ["", "events", "Event", "event,", ",", "event,user", "x" * 65])
+async def test_bad_type_is_refused(api: Any, user: Any, value: str) -> None:
+    status, body, _ = await api.get("/v1/search", user, params={"q": "a", "type": value})
+    assert_error(status, body, 400, "invalid_query_parameter", param="type")
+
+
+@pytest.mark.parametrize("limit", ["0", "101", "x"])
+async def test_bad_limit_is_refused(api: Any, user: Any, limit: str) -> None:
+    status, body, _ = await api.get("/v1/search", user, params={"q": "a", "limit": limit})
+    assert_error(status, body, 400, "invalid_query_parameter", param="limit")
+
+
+async def test_needs_authentication(api: Any) -> None:
+    status, body, _ = await api.get("/v1/search", None, params={"q": "a"})
+    assert_error(status, body, 401, "not_authenticated")
+
+
+# ---------------------------------------------------------------------------
+# Visibility: the same rules as the rest of the API
+
+
+async def test_private_items_of_others_never_appear(
+    api: Any, user: Any, make_user: Any
+) -> None:
+    stranger = await make_user()
+    w = word()
+    public = await new_profile(api, user, display_name=w)
+    private = await new_profile(api, user, display_name=w, is_private=True)
+    shown = await new_event(api, user, public, title=w)
+    private_event = await new_event(api, user, public, title=w, is_private=True)
+    on_private_profile = await new_event(api, user, private, title=w)
+    shown_series = await new_series(api, user, public, name=w)
+    private_series = await new_series(api, user, public, name=w, is_private=True)
+    series_on_private_profile = await new_series(api, user, private, name=w)
+
+    everything = {
+        public["id"], private["id"], shown["id"], private_event["id"],
+        on_private_profile["id"], shown_series["id"], private_series["id"],
+        series_on_private_profile["id"],
+    }
+    assert await found(api, user, w) == everything
+    assert await found(api, stranger, w) == {public["id"], shown["id"], shown_series["id"]}
+    # What the stranger finds, the stranger can open.
+    for item in await search(api, stranger, w):
+        path = {"event": "events", "profile": "profiles", "series": "series"}[item["type"]]
+        assert (await api.get(f"/v1/{path}/{item['id']}", stranger))[0] == 200
+
+
+async def test_organization_members_find_their_organizations_private_items(
+    live_server: Any, api: Any, make_user: Any
+) -> None:
+    org, owner, admin, member = await org_with(live_server, make_user)
+    outsider = await make_user()
+    w = word()
+    profile = await new_profile(api, owner, organization_id=org, display_name=w, is_private=True)
+    event = await new_event(api, owner, profile, title=w, is_private=True)
+    series = await new_series(api, owner, profile, name=w, is_private=True)
+    ids = {profile["id"], event["id"], series["id"]}
+    for someone in (owner, admin, member):
+        assert await found(api, someone, w) == ids
+        handles = {item["profile_handle"] for item in await search(api, someone, w)}
+        assert handles == {profile["platform_id"]}
+    assert await found(api, outsider, w) == set()
+
+
+async def test_a_deleted_profiles_items_follow_the_visibility_rule(
+    live_server: Any, api: Any, make_user: Any
+) -> None:
+    org, owner, admin, member = await org_with(live_server, make_user)
+    stranger = await make_user()
+    w = word()
+    profile = await new_profile(api, owner, organization_id=org, display_name=w)
+    event = await new_event(api, owner, profile, title=w)
+    series = await new_series(api, owner, profile, name=w)
+    assert await found(api, stranger, w) == {profile["id"], event["id"], series["id"]}
+    assert (await api.delete(f"/v1/profiles/{profile['id']}", owner))[0] == 204
+
+    # The profile itself is gone for everyone (GET answers 404 too); its events
+    # and series stay with those who administer it, without the handle.
+    for someone in (owner, admin):
+        items = await search(api, someone, w)
+        assert {item["id"] for item in items} == {event["id"], series["id"]}
+        assert {item["profile_handle"] for item in items} == {None}
+    assert await found(api, member, w) == set()
+    assert await found(api, stranger, w) == set()
+
+
+# ---------------------------------------------------------------------------
+# Rank and pages
+
+
+async def test_a_title_match_outranks_a_description_match(api: Any, user: Any) -> None:
+    w = word()
+    profile = await new_profile(api, user)
+    located = await new_event(api, user, profile, title="Show", location=w)
+    described = await new_event(api, user, profile, title="Show", description=w)
+    titled = await new_event(api, user, profile, title=w)
+    items = await search(api, user, w)
+    assert [item["id"] for item in items] == [titled["id"], described["id"], located["id"]]
+    ranks = [item["rank"] for item in items]
+    assert ranks == sorted(ranks, reverse=True) and len(set(ranks)) == 3
+
+
+async def make_hits(api: Any, user: Any, w: str) -> set[str]:
+    """Hits of `w` with distinct ranks and with ties, of every type."""
+    profile = await new_profile(api, user, display_name=w, description=f"{w} {w}")
+    made = [profile["id"]]
+    for fields in (
+        {"title": w}, {"title": w}, {"title": w}, {"title": f"{w} {w}"},
+        {"title": "Show", "description": w}, {"title": "Show", "description": w},
+        {"title": "Show", "location": w}, {"title": w, "description": f"{w} {w} {w}"},
+    ):
+        made.append((await new_event(api, user, profile, **fields))["id"])
+    for fields in ({"name": w}, {"name": w}, {"name": "Tour", "description": w}):
+        made.append((await new_series(api, user, profile, **fields))["id"])
+    return set(made)
+
+
+def in_rank_order(items: list[dict[str, Any]]) -> bool:
+    keys = [(-item["rank"], item["id"]) for item in items]
+    return keys == sorted(keys)
+
+
+async def test_walking_pages_of_one_sees_every_hit_once_by_rank_then_id(
+    api: Any, user: Any
+) -> None:
+    w = word()
+    made = await make_hits(api, user, w)
+    walked = await walk(api, f"/v1/search?q={w}", user, limit=1)
+    ids = [item["id"] for item in walked]
+    assert len(ids) == len(set(ids)) == len(made)
+    assert set(ids) == made
+    assert in_rank_order(walked)
+    assert len({item["rank"] for item in walked}) < len(walked)  # ties, broken by id
+    one_page = await search(api, user, w, limit="100")
+    assert one_page == walked
+    for limit in (2, 5):
+        assert await walk(api, f"/v1/search?q={w}", user, limit=limit) == walked
+    by_type = await walk(api, f"/v1/search?q={w}&type=event,series", user, limit=2)
+    assert by_type == [item for item in walked if item["type"] != "profile"]
+
+
+async def test_pages_are_stable_under_inserts(api: Any, user: Any) -> None:
+    w = word()
+    profile = await new_profile(api, user)
+    before = {(await new_event(api, user, profile, title=w))["id"] for _ in range(4)}
+    status, first, _ = await api.get("/v1/search", user, params={"q": w, "limit": "2"})
+    assert status == 200 and first["has_more"]
+    # New hits, ranked above and below the cursor, arrive between two pages.
+    await new_event(api, user, profile, title=f"{w} {w} {w}")
+    await new_event(api, user, profile, title="Show", description=w)
+    rest = await walk(api, f"/v1/search?q={w}&cursor={first['next_cursor']}", user, limit=2)
+    seen = [item["id"] for item in first["data"] + rest]
+    assert len(seen) == len(set(seen))
+    assert before <= set(seen)
+
+
+async def test_cursors_are_bound_to_their_query_and_caller(
+    api: Any, user: Any, make_user: Any
+) -> None:
+    other = await make_user()
+    w = word()
+    profile = await new_profile(api, user)
+    for _ in range(3):
+        await new_event(api, user, profile, title=w)
+    status, page, _ = await api.get("/v1/search", user, params={"q": w, "limit": "1"})
+    assert status == 200 and page["has_more"]
+    cursor = page["next_cursor"]
+    ok, _, _ = await api.get("/v1/search", user, params={"q": w, "limit": "1", "cursor": cursor})
+    assert ok == 200
+
+    raw = bytearray(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    raw[3] ^= 1
+    edited = base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+    status, events_page, _ = await api.get("/v1/events", user, params={"limit": "1"})
+    assert status == 200 and events_page["has_more"]
+    cases = [
+        (user, {"q": w, "cursor": edited}),
+        (user, {"q": w, "cursor": "not-a-cursor"}),
+        (user, {"q": f"{w} x", "cursor": cursor}),
+        (user, {"q": w, "type": "event", "cursor": cursor}),
+        (other, {"q": w, "cursor": cursor}),
+        (user, {"q": w, "cursor": events_page["next_cursor"]}),
+    ]
+    for who, params in cases:
+        status, body, _ = await api.get("/v1/search", who, params=params)
+        assert_error(status, body, 400, "invalid_cursor", param="cursor")
+    status, body, _ = await api.get("/v1/events", user, params={"cursor": cursor})
+    assert_error(status, body, 400, "invalid_cursor", param="cursor")
+
+
+# ---------------------------------------------------------------------------
+# Cost
+
+
+async def test_a_page_costs_one_statement_whatever_its_size(
+    live_server: Any, api: Any, user: Any
+) -> None:
+    w = word()
+    profile = await new_profile(api, user, display_name=w)
+    await asyncio.gather(*(new_event(api, user, profile, title=w) for _ in range(40)))
+    for _ in range(10):
+        await new_series(api, user, profile, name=w)
+
+    async def queries(**params: str) -> tuple[int, Any]:
+        before = live_server.db.query_count
+        status, page, _ = await api.get("/v1/search", user, params={"q": w, **params})
+        assert status == 200, page
+        return live_server.db.query_count - before, page
+
+    # Authentication, then the page.
+    count, first = await queries(limit="1")
+    assert count == 2 and len(first["data"]) == 1
+    count, page = await queries(limit="100")
+    assert count == 2 and len(page["data"]) == 51
+    count, page = await queries(limit="100", cursor=first["next_cursor"])
+    assert count == 2 and len(page["data"]) == 50
+    count, page = await queries(limit="100", type="event")
+    assert count == 2 and len(page["data"]) == 40
+
+
+async def test_the_search_statement_uses_the_gin_indexes(live_server: Any) -> None:
+    """EXPLAIN of the product's own statement (db.search.sql) with every type.
+
+    The planner rightly reads a table of a few rows sequentially, so this test
+    seeds a few thousand rows of each kind in a transaction it rolls back,
+    ANALYZEs them, and also turns sequential scans off (`SET LOCAL`): what is
+    checked is that the statement is written so the GIN indexes *can* serve it
+    (the match is a plain `tsvector @@ tsquery` restriction on the indexed
+    column), not the planner's cost choices on a toy table.
+    """
+    seed = """
+    INSERT INTO users (id, email) VALUES ('usr_' || repeat('e', 32), 'plan@example.com');
+    INSERT INTO organizations (id, name) VALUES ('org_' || repeat('e', 32), 'Plan');
+    INSERT INTO profiles (id, organization_id, owner_user_id, platform_id, display_name)
+    SELECT 'prf_' || lpad(to_hex(g), 32, 'e'), 'org_' || repeat('e', 32),
+           'usr_' || repeat('e', 32), 'plan-' || g, 'Plan profile ' || g
+    FROM generate_series(1, 3000) g;
+    INSERT INTO events (id, profile_id, title, start_time, start_timezone, slug)
+    SELECT 'evt_' || lpad(to_hex(g), 32, 'e'), 'prf_' || lpad(to_hex(1 + g % 3000), 32, 'e'),
+           'Plan event ' || g, now(), 'UTC', 'plan-' || g
+    FROM generate_series(1, 3000) g;
+    INSERT INTO series (id, profile_id, name, slug)
+    SELECT 'ser_' || lpad(to_hex(g), 32, 'e'), 'prf_' || lpad(to_hex(1 + g % 3000), 32, 'e'),
+           'Plan series ' || g, 'plan-' || g
+    FROM generate_series(1, 3000) g;
+    ANALYZE profiles;
+    ANALYZE events;
+    ANALYZE series;
+    SET LOCAL enable_seqscan = off;
+    """
+    args = search_sql.arguments("yog", True, "usr_" + "e" * 32, (0.5, "evt_"), 20)
+
+    async def explain() -> Any:
+        async with live_server.db.pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                await conn.execute(seed)
+                return await conn.fetchval(
+                    "EXPLAIN (FORMAT JSON) " + search_sql.sql(search_sql.KINDS), *args
+                )
+            finally:
+                await tx.rollback()
+
+    plan = orjson.loads(live_server.call(explain()))
+
+    def index_scans(node: dict[str, Any]) -> set[str]:
+        names = {node["Index Name"]} if node["Node Type"] == "Bitmap Index Scan" else set()
+        for child in node.get("Plans", []):
+            names |= index_scans(child)
+        return names
+
+    scans = index_scans(plan[0]["Plan"])
+    assert {"events_search", "profiles_search", "series_search"} <= scans, plan
+
+
+# ---------------------------------------------------------------------------
+# MCP
+
+
+async def test_mcp_tool_is_read_only_and_answers_like_rest(api: Any, user: Any) -> None:
+    w = word()
+    profile = await new_profile(api, user, display_name=w)
+    await new_event(api, user, profile, title=w)
+
+    async def rpc(method: str, params: dict[str, Any]) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        headers = {"Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"}
+        status, answer, _ = await api.post("/mcp-developer", user, data=orjson.dumps(body),
+                                           headers=headers)
+        assert status == 200, answer
+        return answer["result"]
+
+    tools: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        listed = await rpc("tools/list", {"cursor": cursor} if cursor else {})
+        tools += listed["tools"]
+        cursor = listed.get("nextCursor")
+        if not cursor:
+            break
+    [tool] = [t for t in tools if t["name"] == "search"]
+    assert tool["annotations"]["readOnlyHint"] is True
+    assert tool["annotations"]["idempotentHint"] is True
+    assert "next_cursor" in tool["description"]
+    assert set(tool["inputSchema"]["required"]) == {"q"}
+
+    result = await rpc("tools/call", {"name": "search", "arguments": {"q": w, "limit": 1}})
+    assert not result.get("isError"), result
+    status, page, _ = await api.get("/v1/search", user, params={"q": w, "limit": "1"})
+    assert result["structuredContent"] == page
+
+    result = await rpc("tools/call", {"name": "search", "arguments": {"q": w, "type": "user"}})
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"]["code"] == "invalid_query_parameter"
+    assert result["structuredContent"]["error"]["param"] == "type"
