@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
 import aiohttp
@@ -74,6 +75,10 @@ async def _describe(session: aiohttp.ClientSession, url: str, query: str) -> str
             f"{str(body['complete']).lower()} ({body['incomplete_reason']})")
 
 
+def _fixed(url: str) -> Callable[[int], str]:
+    return lambda i: url
+
+
 async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Namespace
                      ) -> list[Result]:
     today = datetime.now(UTC).date()
@@ -89,7 +94,7 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
     queries = ["days=31", "days=31&detail=full", "days=7"]
     for query in queries:
         print(await _describe(session, url, query), flush=True)
-    scenarios = [Scenario(f"GET /v1/agenda?{q}", lambda i, q=q: f"{url}/v1/agenda?{q}")
+    scenarios = [Scenario(f"GET /v1/agenda?{q}", _fixed(f"{url}/v1/agenda?{q}"))
                  for q in queries]
     return [await harness.measure(session, s, args.warmup, args.requests, args.concurrency)
             for s in scenarios]

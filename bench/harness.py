@@ -28,8 +28,8 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,6 +324,26 @@ def options(doc: str, counts: Mapping[str, tuple[int, str]] | None = None
     return args
 
 
+_SERVICE_ENV: dict[str, str] = {}
+
+
+@asynccontextmanager
+async def database_url() -> AsyncIterator[str]:
+    """The service's database, for seeding what the API would take too long to make (a
+    thousand users, each with a key): DATABASE_URL, or the embedded server joined in its
+    data directory (left running for the service)."""
+    if _SERVICE_ENV.get("DATABASE_URL"):
+        yield _SERVICE_ENV["DATABASE_URL"]
+        return
+    from db import embedded
+
+    dsn, server = embedded.start(Path(_SERVICE_ENV["KALENDS_DATA_DIR"]))
+    try:
+        yield dsn
+    finally:
+        embedded.stop(server)
+
+
 Benchmark = Callable[[aiohttp.ClientSession, str, argparse.Namespace], Awaitable[list[Result]]]
 """(session authenticated as the bench user, service URL, options) -> measured results."""
 
@@ -352,6 +372,7 @@ def run(benchmark: Benchmark, args: argparse.Namespace, setting: str) -> int:
     if not env.get("DATABASE_URL"):
         env["KALENDS_DATA_DIR"] = str(workdir / "data")
 
+    _SERVICE_ENV.update(env)
     print(f"kalends serve (1 process), {database}, data in {workdir}", flush=True)
     service = Service(env, workdir)
     ok = True

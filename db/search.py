@@ -26,32 +26,44 @@ from db.database import Database
 
 KINDS = ("event", "profile", "series")
 
-# $1 the text, $2 whether its last word is a prefix, $3 the viewer, $4/$5 the
-# keyset (rank, id) after which the page starts, $6 the row count.
-_PARSED = """
-    regexp_replace(websearch_to_tsquery('{config}', $1::text)::text,
-                   '''$', CASE WHEN $2::boolean THEN ''':*' ELSE '''' END)::tsquery
-"""
+# Parameters: $1 the text, $2 whether its last word is a prefix, $3 the viewer,
+# $4 and $5 the keyset (rank, id) the page starts after, $6 the row count.
 
-# Default ts_rank weights, spelled out: D, C, B, A (migration 0005 sets A to C).
-_RANK = "ts_rank('{{0.1, 0.2, 0.4, 1.0}}', {tsv}, q.query)::numeric::float8"
+
+def _parsed(config: str) -> str:
+    """$1 as a tsquery; with $2, its final operand `'word'` becomes `'word':*`."""
+    return (f"regexp_replace(websearch_to_tsquery('{config}', $1::text)::text, '''$', "
+            "CASE WHEN $2::boolean THEN ''':*' ELSE '''' END)::tsquery")
+
+
+# The query as a scalar subquery of the materialized CTE: an InitPlan, computed
+# once per statement, and a plain `column @@ value` restriction that the GIN
+# index serves (a join to the CTE leaves that to join order and cost guesses).
+_QUERY = "(SELECT query FROM q)"
+
+
+def _rank(tsv: str) -> str:
+    """ts_rank with its default weights spelled out (D, C, B, A); migration 0005
+    weights titles, names and handles A, descriptions B, locations C."""
+    return f"ts_rank('{{0.1, 0.2, 0.4, 1.0}}', {tsv}, {_QUERY})::numeric::float8"
+
 
 _BRANCHES = {
     "event": f"""
         SELECT 'event' AS kind, e.id, e.title, e.description, e.image_url,
                e.slug::text AS slug, e.start_time AS date_info,
-               p.platform_id::text AS handle, {_RANK.format(tsv='e.search_tsv')} AS rank,
+               p.platform_id::text AS handle, {_rank('e.search_tsv')} AS rank,
                {visibility.columns('$3')}
-        FROM q, events e {visibility.join_profile('e', '$3')}
-        WHERE e.search_tsv @@ q.query AND {visibility.visible('e', '$3')}
+        FROM events e {visibility.join_profile('e', '$3')}
+        WHERE e.search_tsv @@ {_QUERY} AND {visibility.visible('e', '$3')}
     """,
     "series": f"""
         SELECT 'series' AS kind, s.id, s.name AS title, s.description,
                NULL::text AS image_url, s.slug::text AS slug, NULL::timestamptz AS date_info,
-               p.platform_id::text AS handle, {_RANK.format(tsv='s.search_tsv')} AS rank,
+               p.platform_id::text AS handle, {_rank('s.search_tsv')} AS rank,
                {visibility.columns('$3')}
-        FROM q, series s {visibility.join_profile('s', '$3')}
-        WHERE s.search_tsv @@ q.query AND {visibility.visible('s', '$3')}
+        FROM series s {visibility.join_profile('s', '$3')}
+        WHERE s.search_tsv @@ {_QUERY} AND {visibility.visible('s', '$3')}
     """,
     # A profile is found by those who may retrieve it: `profile_visible`.
     "profile": f"""
@@ -59,11 +71,11 @@ _BRANCHES = {
             SELECT 'profile' AS kind, p.id, p.display_name AS title, p.description,
                    p.profile_image_url AS image_url, p.platform_id::text AS slug,
                    NULL::timestamptz AS date_info, p.platform_id::text AS handle,
-                   {_RANK.format(tsv='p.search_tsv')} AS rank, {visibility.columns('$3')}
-            FROM q, profiles p
+                   {_rank('p.search_tsv')} AS rank, {visibility.columns('$3')}
+            FROM profiles p
             LEFT JOIN organization_members m
               ON m.organization_id = p.organization_id AND m.user_id = $3
-            WHERE p.search_tsv @@ q.query
+            WHERE p.search_tsv @@ {_QUERY}
         ) found
         WHERE profile_visible
     """,
@@ -76,7 +88,7 @@ def sql(kinds: Sequence[str]) -> str:
     branches = "\n    UNION ALL\n".join(_BRANCHES[k] for k in KINDS if k in kinds)
     return f"""
     WITH q AS MATERIALIZED (
-        SELECT {_PARSED.format(config='english')} || {_PARSED.format(config='simple')} AS query
+        SELECT {_parsed('english')} || {_parsed('simple')} AS query
     )
     SELECT kind, id, title, description, image_url, slug, date_info, rank,
            CASE WHEN profile_visible THEN handle END AS profile_handle

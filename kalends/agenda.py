@@ -122,8 +122,7 @@ def resolve_zone(requested: str | None, saved: str | None) -> ZoneInfo:
     return ZoneInfo("UTC")
 
 
-def window(tz: ZoneInfo, date_text: str | None, days: int, *, now: datetime | None = None
-           ) -> Window:
+def window(tz: ZoneInfo, date_text: str | None, days: int) -> Window:
     """The window of `days` local days from `date_text` (default: today in `tz`),
     within DAYS_BACK days back and DAYS_AHEAD days ahead of today in `tz`."""
     if not 1 <= days <= MAX_DAYS:
@@ -131,7 +130,7 @@ def window(tz: ZoneInfo, date_text: str | None, days: int, *, now: datetime | No
             "invalid_query_parameter", f"`days` must be 1 to {MAX_DAYS}.", param="days",
             details={"value": days},
         )
-    today = (now or datetime.now(UTC)).astimezone(tz).date()
+    today = datetime.now(tz).date()
     first = today if date_text is None else _date(date_text)
     earliest = today - timedelta(days=DAYS_BACK)
     latest_end = today + timedelta(days=DAYS_AHEAD)

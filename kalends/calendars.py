@@ -7,33 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
-from pydantic import Field
 
 from db import calendar_events as store
 from db.database import Database
 from kalends import ids, times
 from kalends.errors import ApiError, not_found
-from kalends.events import DateText, Location, Rule, TimeText, Title, Transparency, Zone
-from kalends.profiles import Description
-from kalends.validation import Body
+from kalends.events import ScheduleFields, Title
 
 
-class CalendarEventUpdate(Body):
+class CalendarEventUpdate(ScheduleFields):
     """Fields of a calendar event; all optional. `null` clears a nullable field."""
-
-    # A default of None marks "omitted"; an explicit null is refused by the type.
-    title: Title = Field(default=None)  # type: ignore[assignment]
-    description: Description | None = None
-    location: Location | None = None
-    start_time: TimeText = Field(default=None)  # type: ignore[assignment]
-    end_time: TimeText | None = None
-    start_timezone: Zone = Field(default=None)  # type: ignore[assignment]
-    end_timezone: Zone = Field(default=None)  # type: ignore[assignment]
-    start_date: DateText = Field(default=None)  # type: ignore[assignment]
-    end_date: DateText = Field(default=None)  # type: ignore[assignment]
-    is_all_day: bool = Field(default=None)  # type: ignore[assignment]
-    recurrence_rule: Rule | None = None
-    transparency: Transparency = Field(default=None)  # type: ignore[arg-type]
 
 
 class CalendarEventCreate(CalendarEventUpdate):

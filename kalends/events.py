@@ -46,8 +46,9 @@ Slug = Annotated[
 Transparency = Literal["opaque", "transparent"]
 
 
-class EventUpdate(Body):
-    """Fields of an event; all optional. `null` clears a nullable field."""
+class ScheduleFields(Body):
+    """What profile events and personal calendar events share: their title, place
+    and time. All optional; `null` clears a nullable field."""
 
     # A default of None marks "omitted"; an explicit null is refused by the type.
     title: Title = Field(default=None)  # type: ignore[assignment]
@@ -60,12 +61,17 @@ class EventUpdate(Body):
     start_date: DateText = Field(default=None)  # type: ignore[assignment]
     end_date: DateText = Field(default=None)  # type: ignore[assignment]
     recurrence_rule: Rule | None = None
+    is_all_day: bool = Field(default=None)  # type: ignore[assignment]
+    transparency: Transparency = Field(default=None)  # type: ignore[arg-type]
+
+
+class EventUpdate(ScheduleFields):
+    """Fields of an event; all optional. `null` clears a nullable field."""
+
     slug: Slug = Field(default=None)  # type: ignore[assignment]
     image_url: Url | None = None
-    is_all_day: bool = Field(default=None)  # type: ignore[assignment]
     is_private: bool = Field(default=None)  # type: ignore[assignment]
     require_rsvp: bool = Field(default=None)  # type: ignore[assignment]
-    transparency: Transparency = Field(default=None)  # type: ignore[arg-type]
 
 
 class ProfileEventCreate(EventUpdate):

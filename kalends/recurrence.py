@@ -74,6 +74,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, time, timedelta
+from functools import lru_cache
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo
 
@@ -289,7 +290,10 @@ def _parse_or_raise(rule: object, param: str) -> _Rule:
         raise _invalid(str(exc), rule, param) from None
 
 
+@lru_cache(maxsize=4096)
 def _parse(rule: str) -> _Rule:
+    # Cached: the agenda expands the same stored rules on every request. A rule
+    # that fails raises, and failures are not cached.
     # The length is checked before anything else looks at the text.
     if len(rule) > MAX_RULE_LENGTH:
         raise _RuleError(f"The recurrence rule is longer than {MAX_RULE_LENGTH} characters.")

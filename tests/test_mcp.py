@@ -480,3 +480,21 @@ async def test_a_bug_is_an_internal_error_result(
     error = body["result"]["structuredContent"]["error"]
     assert (error["type"], error["code"]) == ("api_error", "internal_error")
     assert "secret" not in body["result"]["content"][0]["text"]
+
+
+CALENDAR_ERA_TOOLS = {
+    "listCalendars", "getCalendar", "listCalendarEvents", "createCalendarEvent", "getCalendarEvent",
+    "updateCalendarEvent", "deleteCalendarEvent", "listSubscriptions", "createSubscription",
+    "getSubscription", "updateSubscription", "deleteSubscription", "listFollows", "createFollow",
+    "deleteFollow", "listProfileFollowers", "search", "getAgenda",
+}
+
+
+@pytest.mark.parametrize("modern", [True, False])
+async def test_calendar_subscription_follow_search_and_agenda_tools_are_listed(
+    api: Any, user: Any, modern: bool
+) -> None:
+    """By name, independently of the registry: a tool dropped from it would still be caught."""
+    pages = await _list_pages(api, user, modern=modern)
+    listed = {t["name"] for page in pages for t in page["tools"]}
+    assert listed >= CALENDAR_ERA_TOOLS, sorted(CALENDAR_ERA_TOOLS - listed)

@@ -202,11 +202,10 @@ async def test_any_text_is_answered_without_error(api: Any, user: Any, q: str) -
 async def test_undecodable_query_strings_are_answered_without_error(
     api: Any, user: Any
 ) -> None:
+    """Bytes that are not UTF-8 arrive as U+FFFD, an encoded NUL as a separator."""
     for raw in ("%ED%A0%80", "%FF%FE", "%C0%80", "a%00b", "%"):
         status, body, _ = await api.get(f"/v1/search?q={raw}", user)
-        assert status in (200, 400), body
-        if status == 400:
-            assert_error(status, body, 400, "invalid_query_parameter", param="q")
+        assert status == 200, body
 
 
 async def test_operators_around_a_word_still_find_it(api: Any, user: Any) -> None:
@@ -403,8 +402,14 @@ async def test_pages_are_stable_under_inserts(api: Any, user: Any) -> None:
     # New hits, ranked above and below the cursor, arrive between two pages.
     await new_event(api, user, profile, title=f"{w} {w} {w}")
     await new_event(api, user, profile, title="Show", description=w)
-    rest = await walk(api, f"/v1/search?q={w}&cursor={first['next_cursor']}", user, limit=2)
-    seen = [item["id"] for item in first["data"] + rest]
+    seen = [item["id"] for item in first["data"]]
+    cursor = first["next_cursor"]
+    while cursor:
+        status, page, _ = await api.get("/v1/search", user,
+                                        params={"q": w, "limit": "2", "cursor": cursor})
+        assert status == 200, page
+        seen += [item["id"] for item in page["data"]]
+        cursor = page["next_cursor"]
     assert len(seen) == len(set(seen))
     assert before <= set(seen)
 
@@ -487,15 +492,15 @@ async def test_the_search_statement_uses_the_gin_indexes(live_server: Any) -> No
     INSERT INTO users (id, email) VALUES ('usr_' || repeat('e', 32), 'plan@example.com');
     INSERT INTO organizations (id, name) VALUES ('org_' || repeat('e', 32), 'Plan');
     INSERT INTO profiles (id, organization_id, owner_user_id, platform_id, display_name)
-    SELECT 'prf_' || lpad(to_hex(g), 32, 'e'), 'org_' || repeat('e', 32),
+    SELECT 'prf_' || md5('p' || g), 'org_' || repeat('e', 32),
            'usr_' || repeat('e', 32), 'plan-' || g, 'Plan profile ' || g
     FROM generate_series(1, 3000) g;
     INSERT INTO events (id, profile_id, title, start_time, start_timezone, slug)
-    SELECT 'evt_' || lpad(to_hex(g), 32, 'e'), 'prf_' || lpad(to_hex(1 + g % 3000), 32, 'e'),
+    SELECT 'evt_' || md5('e' || g), 'prf_' || md5('p' || (1 + g % 3000)),
            'Plan event ' || g, now(), 'UTC', 'plan-' || g
     FROM generate_series(1, 3000) g;
     INSERT INTO series (id, profile_id, name, slug)
-    SELECT 'ser_' || lpad(to_hex(g), 32, 'e'), 'prf_' || lpad(to_hex(1 + g % 3000), 32, 'e'),
+    SELECT 'ser_' || md5('s' || g), 'prf_' || md5('p' || (1 + g % 3000)),
            'Plan series ' || g, 'plan-' || g
     FROM generate_series(1, 3000) g;
     ANALYZE profiles;
@@ -563,7 +568,7 @@ async def test_mcp_tool_is_read_only_and_answers_like_rest(api: Any, user: Any) 
     result = await rpc("tools/call", {"name": "search", "arguments": {"q": w, "limit": 1}})
     assert not result.get("isError"), result
     status, page, _ = await api.get("/v1/search", user, params={"q": w, "limit": "1"})
-    assert result["structuredContent"] == page
+    assert status == 200 and result["structuredContent"] == page
 
     result = await rpc("tools/call", {"name": "search", "arguments": {"q": w, "type": "user"}})
     assert result["isError"] is True
