@@ -15,6 +15,7 @@ import secrets
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,9 +35,25 @@ from kalends.services import SERVICES
 T = TypeVar("T")
 
 
-def _with_database(dsn: str, name: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path="/" + name))
+@contextmanager
+def migrated_database(server_dsn: str, prefix: str = "kalends_test") -> Iterator[str]:
+    """A fresh database on the server of `server_dsn`, migrated from nothing, dropped after."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(server_dsn)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f"CREATE DATABASE {name}"))
+    dsn = urlunsplit(urlsplit(server_dsn)._replace(path="/" + name))
+    try:
+        asyncio.run(migrate(dsn))
+        yield dsn
+    finally:
+        asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
 @pytest.fixture(scope="session")
@@ -48,22 +65,10 @@ def database_url() -> Iterator[str]:
         root = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir()))
         root.mkdir(parents=True, exist_ok=True)
         base, server = embedded.start(Path(tempfile.mkdtemp(prefix="kalends-test-", dir=root)))
-    name = f"kalends_test_{secrets.token_hex(4)}"
-
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(base)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(admin(f"CREATE DATABASE {name}"))
-    dsn = _with_database(base, name)
-    asyncio.run(migrate(dsn))
     try:
-        yield dsn
+        with migrated_database(base) as dsn:
+            yield dsn
     finally:
-        asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         if server is not None:
             embedded.stop(server)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -17,39 +16,22 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
 import pytest
-from conftest import Api, LiveServer, handle, new_event, new_profile
+from conftest import Api, LiveServer, handle, migrated_database, new_event, new_profile
 
 from db import sync as sync_store
 from db.database import Tx
-from db.migrate import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def jobless_dsn(database_url: str) -> Iterator[str]:
-    name = f"kalends_worker_{secrets.token_hex(4)}"
-    parts = urlsplit(database_url)
-
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(database_url)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(admin(f"CREATE DATABASE {name}"))
-    dsn = urlunsplit(parts._replace(path="/" + name))
-    asyncio.run(migrate(dsn))
-    try:
+    with migrated_database(database_url, "kalends_worker") as dsn:
         yield dsn
-    finally:
-        asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
 @pytest.fixture(scope="module")
