@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 
+from db import rows
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -57,30 +58,14 @@ async def page(
 
 async def insert(db: Database | Tx, event_id: str, calendar_id: str, values: dict[str, Any]
                  ) -> None:
-    cols = [c for c in WRITABLE if c in values]
-    placeholders = ", ".join(f"${i}" for i in range(3, 3 + len(cols)))
-    await db.execute(
-        f"""
-        INSERT INTO calendar_events (id, calendar_id, {', '.join(cols)})
-        VALUES ($1, $2, {placeholders})
-        """,
-        event_id, calendar_id, *(values[c] for c in cols),
-    )
+    await rows.insert(db, "calendar_events", WRITABLE,
+                      {"id": event_id, "calendar_id": calendar_id}, values)
 
 
 async def update(db: Database | Tx, event_id: str, values: dict[str, Any]) -> None:
     """Changes a personal event only; sync owns the copies."""
-    cols = [c for c in WRITABLE if c in values]
-    if not cols:
-        return
-    assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(cols, start=2))
-    await db.execute(
-        f"""
-        UPDATE calendar_events SET {assignments}, updated_at = now()
-        WHERE id = $1 AND source_event_id IS NULL
-        """,
-        event_id, *(values[c] for c in cols),
-    )
+    await rows.update(db, "calendar_events", WRITABLE, event_id, values,
+                      condition="source_event_id IS NULL")
 
 
 async def delete(db: Database | Tx, event_id: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from db import visibility
+from db import rows, visibility
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -72,15 +72,7 @@ async def page(
 
 async def insert(tx: Database | Tx, event_id: str, profile_id: str, values: dict[str, Any]) -> None:
     """Raises asyncpg.UniqueViolationError when the slug is taken in the profile."""
-    cols = [c for c in WRITABLE if c in values]
-    placeholders = ", ".join(f"${i}" for i in range(3, 3 + len(cols)))
-    await tx.execute(
-        f"""
-        INSERT INTO events (id, profile_id, {', '.join(cols)})
-        VALUES ($1, $2, {placeholders})
-        """,
-        event_id, profile_id, *(values[c] for c in cols),
-    )
+    await rows.insert(tx, "events", WRITABLE, {"id": event_id, "profile_id": profile_id}, values)
 
 
 async def lock_derived_slugs(tx: Tx, profile_id: str) -> None:
@@ -107,14 +99,7 @@ async def slugs_with_prefix(db: Database | Tx, profile_id: str, prefix: str) -> 
 
 async def update(db: Database | Tx, event_id: str, values: dict[str, Any]) -> None:
     """Raises asyncpg.UniqueViolationError when a new slug is taken in the profile."""
-    cols = [c for c in WRITABLE if c in values]
-    if not cols:
-        return
-    assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(cols, start=2))
-    await db.execute(
-        f"UPDATE events SET {assignments}, updated_at = now() WHERE id = $1",
-        event_id, *(values[c] for c in cols),
-    )
+    await rows.update(db, "events", WRITABLE, event_id, values)
 
 
 async def delete(db: Database | Tx, event_id: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from db import rows
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -64,28 +65,14 @@ async def insert(
     platform_id: str, fields: dict[str, Any],
 ) -> None:
     """Raises asyncpg.UniqueViolationError when the handle is taken."""
-    cols = [c for c in WRITABLE if c in fields]
-    placeholders = ", ".join(f"${i}" for i in range(5, 5 + len(cols)))
-    await tx.execute(
-        f"""
-        INSERT INTO profiles (id, organization_id, owner_user_id, platform_id
-                              {''.join(', ' + c for c in cols)})
-        VALUES ($1, $2, $3, $4{', ' if cols else ''}{placeholders})
-        """,
-        profile_id, organization_id, owner_user_id, platform_id, *(fields[c] for c in cols),
-    )
+    await rows.insert(tx, "profiles", WRITABLE, {
+        "id": profile_id, "organization_id": organization_id, "owner_user_id": owner_user_id,
+        "platform_id": platform_id,
+    }, fields)
 
 
 async def update(db: Database | Tx, profile_id: str, fields: dict[str, Any]) -> None:
-    cols = [c for c in WRITABLE if c in fields]
-    if not cols:
-        return
-    assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(cols, start=2))
-    await db.execute(
-        f"UPDATE profiles SET {assignments}, updated_at = now()"
-        " WHERE id = $1 AND deleted_at IS NULL",
-        profile_id, *(fields[c] for c in cols),
-    )
+    await rows.update(db, "profiles", WRITABLE, profile_id, fields, condition="deleted_at IS NULL")
 
 
 async def soft_delete(db: Database | Tx, profile_id: str) -> bool:

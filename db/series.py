@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from db import visibility
+from db import rows, visibility
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -73,23 +73,11 @@ async def page(
 async def insert(db: Database | Tx, series_id: str, profile_id: str, values: dict[str, Any]
                  ) -> None:
     """Raises asyncpg.UniqueViolationError when the slug is taken in the profile."""
-    cols = [c for c in WRITABLE if c in values]
-    placeholders = ", ".join(f"${i}" for i in range(3, 3 + len(cols)))
-    await db.execute(
-        f"INSERT INTO series (id, profile_id, {', '.join(cols)}) VALUES ($1, $2, {placeholders})",
-        series_id, profile_id, *(values[c] for c in cols),
-    )
+    await rows.insert(db, "series", WRITABLE, {"id": series_id, "profile_id": profile_id}, values)
 
 
 async def update(db: Database | Tx, series_id: str, values: dict[str, Any]) -> None:
-    cols = [c for c in WRITABLE if c in values]
-    if not cols:
-        return
-    assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(cols, start=2))
-    await db.execute(
-        f"UPDATE series SET {assignments}, updated_at = now() WHERE id = $1",
-        series_id, *(values[c] for c in cols),
-    )
+    await rows.update(db, "series", WRITABLE, series_id, values)
 
 
 _COUNTS = """
