@@ -72,8 +72,8 @@ async def update(db: Database, row: asyncpg.Record, data: CalendarEventUpdate) -
     values: dict[str, Any] = {k: changes[k] for k in _AS_SENT if k in changes}
     values.update(times.update_columns(row, changes))
     # An event created with no end has no end_timezone. Made all-day, it gains an
-    # end (its last midnight, in start_timezone), and keeps it, as a duration,
-    # when made timed again: an end always has its zone, so it takes that one.
+    # end (its last midnight, in start_timezone), which it keeps when made timed
+    # again: an end always has its zone, so it takes that one.
     if values.get("end_time") is not None and values.get("end_timezone") is None:
         values["end_timezone"] = values["start_timezone"]
     await store.update(db, row["id"], values)

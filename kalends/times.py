@@ -203,10 +203,12 @@ def resolve_update(current: EventTimes, changes: Mapping[str, Any]) -> EventTime
     `start_timezone` never changes `end_timezone`. `end_time: null` alone
     removes the end.
 
-    Product choice: when the start moves and no end is sent, the end moves with
-    it and the event keeps its duration (an all-day event keeps its length in
-    days). This holds when an all-day event becomes timed too: its end stays
-    the same time after the new start as its last midnight was after its first.
+    Contract: a PATCH changes exactly the fields it is sent. A start moved with
+    no end sent keeps the stored end (`end_time`, or `end_date` of an all-day
+    event), and a start moved onto or past it is `invalid_time_range`; an event
+    with no end stays a point in time. An all-day event made timed keeps its
+    end instant, its last midnight. A timed event made all-day has no end date
+    to keep, so without `end_date` it lasts one day, as on create.
     """
     if not any(key in changes for key in _TIME_FIELDS):
         return current
@@ -357,8 +359,7 @@ def _update_all_day(current: EventTimes, changes: Mapping[str, Any]) -> EventTim
     elif becoming:
         end_date = _add_days(start_date, 1, "start_date")
     else:
-        old_start, old_end = _current_dates(current)
-        end_date = _add_days(start_date, (old_end - old_start).days, "start_date")
+        end_date = _current_dates(current)[1]
         range_param = "start_date"
     return _all_day(start_date, end_date, tz, end_tz, range_param=range_param)
 
@@ -384,11 +385,11 @@ def _update_timed(current: EventTimes, changes: Mapping[str, Any]) -> EventTimes
     if "end_time" in changes:
         end = _end_time(changes, end_tz)
         return _timed(start, end, start_tz_name, end_tz_name, range_param="end_time")
-    end = _keep_duration(current, start)
-    # Unchanged times are not re-judged: an event stored before a rule existed
-    # must stay editable.
+    # The stored end stays. Unchanged times are not re-judged: an event stored
+    # before a rule existed must stay editable.
     return _timed(
-        start, end, start_tz_name, end_tz_name, range_param="start_time" if moved else None,
+        start, current.end_time, start_tz_name, end_tz_name,
+        range_param="start_time" if moved else None,
     )
 
 
@@ -403,6 +404,10 @@ def _current_dates(current: EventTimes) -> tuple[date, date]:
         if end > start:
             return start, end
     return start, _add_days(start, 1, "start_date")
+
+
+# ---------------------------------------------------------------------------
+# Reschedule
 
 
 def _keep_duration(current: EventTimes, start: datetime) -> datetime | None:

@@ -409,16 +409,49 @@ async def test_an_empty_patch_changes_nothing(api: Any, user: Any) -> None:
 async def test_update_times(api: Any, user: Any) -> None:
     event = await create(api, user, end_time="2031-05-06T11:30", end_timezone=NY)
     path = event_path(user.calendar_id, event["id"])
-    # The start moves without an end: the duration is kept.
-    status, moved, _ = await api.patch(path, user, json={"start_time": "2031-05-07T09:00",
+    # The start moves without an end: the end stays.
+    status, moved, _ = await api.patch(path, user, json={"start_time": "2031-05-06T16:30",
                                                          "start_timezone": PARIS})
     assert status == 200, moved
-    assert (moved["start_time"], moved["end_time"]) == ("2031-05-07T07:00:00Z", "2031-05-07T08:30:00Z")
+    assert (moved["start_time"], moved["end_time"]) == ("2031-05-06T14:30:00Z", "2031-05-06T15:30:00Z")
     assert (moved["start_timezone"], moved["end_timezone"]) == (PARIS, NY)
+    assert await get_event(api, user, user.calendar_id, event["id"]) == moved
+    # Both ends sent: both move.
+    status, both, _ = await api.patch(path, user, json={
+        "start_time": "2031-05-07T09:00", "start_timezone": PARIS,
+        "end_time": "2031-05-07T10:00", "end_timezone": PARIS})
+    assert status == 200, both
+    assert (both["start_time"], both["end_time"]) == ("2031-05-07T07:00:00Z", "2031-05-07T08:00:00Z")
     # end_time: null alone makes it a point in time.
     status, point, _ = await api.patch(path, user, json={"end_time": None})
     assert status == 200 and point["end_time"] is None
-    assert point["start_time"] == moved["start_time"]
+    assert point["start_time"] == both["start_time"]
+    # A point in time stays one when its start moves.
+    status, still, _ = await api.patch(path, user, json={"start_time": "2031-06-01T09:00",
+                                                         "start_timezone": PARIS})
+    assert status == 200, still
+    assert (still["start_time"], still["end_time"]) == ("2031-06-01T07:00:00Z", None)
+
+
+@pytest.mark.parametrize(
+    ("start", "zone", "shown_start"),
+    [
+        ("2031-05-06T11:30", NY, "2031-05-06T15:30:00Z"),  # onto the end
+        ("2031-05-07T09:00", PARIS, "2031-05-07T07:00:00Z"),
+        # Only the zone changes: 10:00 in Los Angeles is after 11:30 in New York.
+        ("2031-05-06T10:00", "America/Los_Angeles", "2031-05-06T17:00:00Z"),
+    ],
+)
+async def test_moving_the_start_past_the_end_changes_nothing(
+    api: Any, user: Any, start: str, zone: str, shown_start: str
+) -> None:
+    event = await create(api, user, end_time="2031-05-06T11:30", end_timezone=NY)
+    path = event_path(user.calendar_id, event["id"])
+    status, body, _ = await api.patch(
+        path, user, json={"title": "Moved", "start_time": start, "start_timezone": zone})
+    error = assert_error(status, body, 400, "invalid_time_range", param="start_time")
+    assert error["details"] == {"start": shown_start, "end": "2031-05-06T15:30:00Z"}
+    assert await get_event(api, user, user.calendar_id, event["id"]) == event
 
 
 async def test_update_recurrence(api: Any, user: Any) -> None:
@@ -478,7 +511,7 @@ async def test_bad_updates_change_nothing(
 async def test_no_end_made_all_day_and_back(api: Any, user: Any) -> None:
     """The choice: an event with no end (and so no end_timezone) made all-day gets
     its end, the next midnight, in start_timezone; made timed again it keeps that
-    length as its duration (as any move does), and its end keeps that zone."""
+    end (as any move of the start does), and its end keeps that zone."""
     event = await create(api, user)
     assert (event["end_time"], event["end_timezone"]) == (None, None)
     path = event_path(user.calendar_id, event["id"])
@@ -487,25 +520,40 @@ async def test_no_end_made_all_day_and_back(api: Any, user: Any) -> None:
     assert all_day["is_all_day"] is True
     assert (all_day["start_time"], all_day["end_time"]) == ("2031-05-06T04:00:00Z", "2031-05-07T04:00:00Z")
     assert (all_day["start_timezone"], all_day["end_timezone"]) == (NY, NY)
-    status, timed, _ = await api.patch(
+    status, body, _ = await api.patch(
         path, user, json={"is_all_day": False, "start_time": "2031-05-08T09:00", "start_timezone": PARIS}
+    )
+    error = assert_error(status, body, 400, "invalid_time_range", param="start_time")
+    assert error["details"] == {"start": "2031-05-08T07:00:00Z", "end": "2031-05-07T04:00:00Z"}
+    assert await get_event(api, user, user.calendar_id, event["id"]) == all_day
+    status, timed, _ = await api.patch(
+        path, user, json={"is_all_day": False, "start_time": "2031-05-06T09:00", "start_timezone": PARIS}
     )
     assert status == 200, timed
     assert timed["is_all_day"] is False
-    assert (timed["start_time"], timed["end_time"]) == ("2031-05-08T07:00:00Z", "2031-05-09T07:00:00Z")
+    assert (timed["start_time"], timed["end_time"]) == ("2031-05-06T07:00:00Z", "2031-05-07T04:00:00Z")
     assert (timed["start_timezone"], timed["end_timezone"]) == (PARIS, NY)
     # Back to a point in time, when that is what the caller wants.
     status, point, _ = await api.patch(path, user, json={"end_time": None})
     assert status == 200 and point["end_time"] is None
 
 
-async def test_all_day_event_moves_by_days(api: Any, user: Any) -> None:
+async def test_all_day_start_date_keeps_the_end_date(api: Any, user: Any) -> None:
     event = await create(api, user, base={}, title="Fair", is_all_day=True,
                          start_date="2031-05-06", end_date="2031-05-09", start_timezone=PARIS)
     path = event_path(user.calendar_id, event["id"])
-    status, moved, _ = await api.patch(path, user, json={"start_date": "2031-06-01"})
+    assert event["end_time"] == "2031-05-08T22:00:00Z"
+    # The end_date stays where it is.
+    status, moved, _ = await api.patch(path, user, json={"start_date": "2031-05-08"})
     assert status == 200, moved
-    assert (moved["start_time"], moved["end_time"]) == ("2031-05-31T22:00:00Z", "2031-06-03T22:00:00Z")
+    assert (moved["start_time"], moved["end_time"]) == ("2031-05-07T22:00:00Z", "2031-05-08T22:00:00Z")
+    status, earlier, _ = await api.patch(path, user, json={"start_date": "2031-05-01"})
+    assert status == 200, earlier
+    assert (earlier["start_time"], earlier["end_time"]) == ("2031-04-30T22:00:00Z", "2031-05-08T22:00:00Z")
+    status, body, _ = await api.patch(path, user, json={"start_date": "2031-06-01"})
+    error = assert_error(status, body, 400, "invalid_time_range", param="start_date")
+    assert error["details"] == {"start": "2031-06-01", "end": "2031-05-09"}
+    assert await get_event(api, user, user.calendar_id, event["id"]) == earlier
     status, body, _ = await api.patch(path, user, json={"start_time": "2031-06-01T10:00", "start_timezone": PARIS})
     assert_error(status, body, 400, "field_dependency", param="start_time")
 

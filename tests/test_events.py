@@ -371,9 +371,9 @@ async def test_update_of_start_zone_keeps_a_different_end_zone(api: Any, make_us
     )
     assert status == 200, moved
     assert moved["end_timezone"] == "Europe/London"
-    # The end moved with the start (same duration: 2h30).
+    # The end stays where it was: only the start was sent.
     assert moved["start_time"] == "2026-03-09T00:00:00Z"
-    assert moved["end_time"] == "2026-03-09T02:30:00Z"
+    assert moved["end_time"] == "2026-03-09T02:00:00Z"
 
 
 # ---------------------------------------------------------------------------
@@ -971,18 +971,71 @@ async def test_patch_by_others(live_server: Any, api: Any, make_user: Any) -> No
     assert_error(status, body, 404, "resource_not_found")
 
 
-async def test_moving_the_start_keeps_the_duration(api: Any, make_user: Any) -> None:
+async def test_moving_the_start_keeps_the_end(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
     path = f"/v1/events/{event['id']}"
-    status, moved, _ = await api.patch(path, owner, json={"start_time": "2026-03-10T20:00", "start_timezone": NY})
-    assert status == 200, moved
-    assert moved["start_time"] == "2026-03-11T00:00:00Z"
-    assert moved["end_time"] == "2026-03-11T01:30:00Z"
+    status, later, _ = await api.patch(path, owner, json={"start_time": "2026-03-08T20:00", "start_timezone": NY})
+    assert status == 200, later
+    assert later["start_time"] == "2026-03-09T00:00:00Z"
+    assert later["end_time"] == event["end_time"] == "2026-03-09T01:00:00Z"
+    assert later["end_timezone"] == NY
+    status, earlier, _ = await api.patch(
+        path, owner, json={"start_time": "2026-03-08T19:00", "start_timezone": "Europe/London"})
+    assert status == 200, earlier
+    assert earlier["start_time"] == "2026-03-08T19:00:00Z"
+    assert earlier["end_time"] == event["end_time"]
+    assert (earlier["start_timezone"], earlier["end_timezone"]) == ("Europe/London", NY)
+    assert (await api.get(path, owner))[1] == earlier
     # end_time null alone makes it a point in time.
     status, point, _ = await api.patch(path, owner, json={"end_time": None})
     assert status == 200 and point["end_time"] is None
-    assert point["start_time"] == "2026-03-11T00:00:00Z"
+    assert point["start_time"] == "2026-03-08T19:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("start", "zone", "shown_start"),
+    [
+        ("2026-03-08T21:00", NY, "2026-03-09T01:00:00Z"),  # onto the end
+        ("2026-03-10T20:00", NY, "2026-03-11T00:00:00Z"),
+        # Only the zone changes: 19:30 in Los Angeles is after 21:00 in New York.
+        ("2026-03-08T19:30", "America/Los_Angeles", "2026-03-09T02:30:00Z"),
+    ],
+)
+async def test_moving_the_start_past_the_end_changes_nothing(
+    api: Any, make_user: Any, start: str, zone: str, shown_start: str
+) -> None:
+    owner, profile = await setup(api, make_user)
+    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
+    path = f"/v1/events/{event['id']}"
+    status, body, _ = await api.patch(
+        path, owner, json={"title": "Moved", "start_time": start, "start_timezone": zone})
+    error = assert_error(status, body, 400, "invalid_time_range", param="start_time")
+    assert error["details"] == {"start": shown_start, "end": "2026-03-09T01:00:00Z"}
+    assert (await api.get(path, owner))[1] == event
+
+
+async def test_moving_the_start_with_an_end_moves_both(api: Any, make_user: Any) -> None:
+    owner, profile = await setup(api, make_user)
+    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
+    path = f"/v1/events/{event['id']}"
+    status, moved, _ = await api.patch(path, owner, json={
+        "start_time": "2026-03-10T20:00", "start_timezone": NY,
+        "end_time": "2026-03-10T23:00", "end_timezone": NY})
+    assert status == 200, moved
+    assert (moved["start_time"], moved["end_time"]) == ("2026-03-11T00:00:00Z", "2026-03-11T03:00:00Z")
+    assert (await api.get(path, owner))[1] == moved
+
+
+async def test_moving_a_point_in_time_keeps_it_a_point(api: Any, make_user: Any) -> None:
+    owner, profile = await setup(api, make_user)
+    event = await new_event(api, owner, profile, **TIMED)
+    assert event["end_time"] is None
+    status, moved, _ = await api.patch(
+        f"/v1/events/{event['id']}", owner, json={"start_time": "2027-01-01T00:00", "start_timezone": NY})
+    assert status == 200, moved
+    assert (moved["start_time"], moved["end_time"]) == ("2027-01-01T05:00:00Z", None)
+    assert moved["end_timezone"] == event["end_timezone"]
 
 
 async def test_patch_makes_an_event_all_day(api: Any, make_user: Any) -> None:
@@ -1125,6 +1178,20 @@ async def test_reschedule_without_an_end_keeps_the_duration(api: Any, make_user:
     assert moved["start_time"] == "2026-03-09T14:00:00Z"
     assert moved["end_time"] == "2026-03-09T15:30:00Z"
     assert moved["end_timezone"] == NY
+
+
+async def test_reschedule_moves_what_a_patch_may_not(api: Any, make_user: Any) -> None:
+    """The same new start: a PATCH keeps the end, and is refused past it; a
+    reschedule moves the end too."""
+    owner, profile = await setup(api, make_user)
+    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
+    path = f"/v1/events/{event['id']}"
+    start = {"start_time": "2026-03-09T10:00", "start_timezone": NY}
+    status, body, _ = await api.patch(path, owner, json=start)
+    assert_error(status, body, 400, "invalid_time_range", param="start_time")
+    status, moved, _ = await api.post(f"{path}/reschedule", owner, json=start)
+    assert status == 200, moved
+    assert (moved["start_time"], moved["end_time"]) == ("2026-03-09T14:00:00Z", "2026-03-09T15:30:00Z")
 
 
 async def test_reschedule_reopens_a_cancelled_event(api: Any, make_user: Any) -> None:
@@ -1402,26 +1469,67 @@ async def test_cancel_reason_is_bounded(api: Any, make_user: Any) -> None:
     assert (await api.get(f"/v1/events/{event['id']}", owner))[1] == event
 
 
-async def test_all_day_update_keeps_the_length_in_days(api: Any, make_user: Any) -> None:
-    owner, profile = await setup(api, make_user)
+async def new_festival(api: Any, owner: Any, profile: dict[str, Any]) -> dict[str, Any]:
+    """An all-day event from 2026-07-01 to 2026-07-04 (exclusive), in Paris."""
     status, event, _ = await api.post(
         f"/v1/profiles/{profile['id']}/events", owner,
         json={"title": "Festival", "is_all_day": True, "start_date": "2026-07-01",
               "end_date": "2026-07-04", "start_timezone": "Europe/Paris"},
     )
     assert status == 201, event
+    assert (event["start_time"], event["end_time"]) == ("2026-06-30T22:00:00Z", "2026-07-03T22:00:00Z")
+    return event  # type: ignore[no-any-return]
+
+
+async def test_all_day_update_keeps_the_end_date(api: Any, make_user: Any) -> None:
+    owner, profile = await setup(api, make_user)
+    event = await new_festival(api, owner, profile)
     path = f"/v1/events/{event['id']}"
-    status, moved, _ = await api.patch(path, owner, json={"start_date": "2026-08-10"})
+    status, earlier, _ = await api.patch(path, owner, json={"start_date": "2026-06-28"})
+    assert status == 200, earlier
+    assert earlier["start_time"] == "2026-06-27T22:00:00Z"
+    assert earlier["end_time"] == event["end_time"]
+    status, moved, _ = await api.patch(path, owner, json={"start_date": "2026-07-03"})
     assert status == 200, moved
-    assert moved["start_time"] == "2026-08-09T22:00:00Z"
-    assert moved["end_time"] == "2026-08-12T22:00:00Z"
+    assert moved["start_time"] == "2026-07-02T22:00:00Z"
+    assert moved["end_time"] == event["end_time"]
     assert moved["is_all_day"] is True
-    status, body, _ = await api.patch(path, owner, json={"end_date": "2026-08-10"})
+    assert (await api.get(path, owner))[1] == moved
+    status, body, _ = await api.patch(path, owner, json={"end_date": "2026-07-03"})
     error = assert_error(status, body, 400, "invalid_time_range")
-    assert error["details"] == {"start": "2026-08-10", "end": "2026-08-10"}
+    assert error["details"] == {"start": "2026-07-03", "end": "2026-07-03"}
     status, body, _ = await api.patch(path, owner, json={"is_all_day": False})
     assert_error(status, body, 400, "missing_field", param="start_time")
     assert (await api.get(path, owner))[1] == moved
+
+
+@pytest.mark.parametrize("start_date", ["2026-07-04", "2026-08-10"])
+async def test_all_day_start_date_past_the_end_date_changes_nothing(
+    api: Any, make_user: Any, start_date: str
+) -> None:
+    owner, profile = await setup(api, make_user)
+    event = await new_festival(api, owner, profile)
+    path = f"/v1/events/{event['id']}"
+    status, body, _ = await api.patch(path, owner, json={"title": "Moved", "start_date": start_date})
+    error = assert_error(status, body, 400, "invalid_time_range", param="start_date")
+    assert error["details"] == {"start": start_date, "end": "2026-07-04"}
+    assert (await api.get(path, owner))[1] == event
+
+
+async def test_all_day_made_timed_keeps_its_last_midnight(api: Any, make_user: Any) -> None:
+    owner, profile = await setup(api, make_user)
+    event = await new_festival(api, owner, profile)
+    path = f"/v1/events/{event['id']}"
+    status, body, _ = await api.patch(
+        path, owner, json={"is_all_day": False, "start_time": "2026-07-04T10:00", "start_timezone": "Europe/Paris"})
+    error = assert_error(status, body, 400, "invalid_time_range", param="start_time")
+    assert error["details"] == {"start": "2026-07-04T08:00:00Z", "end": "2026-07-03T22:00:00Z"}
+    assert (await api.get(path, owner))[1] == event
+    status, timed_, _ = await api.patch(
+        path, owner, json={"is_all_day": False, "start_time": "2026-07-01T10:00", "start_timezone": "Europe/Paris"})
+    assert status == 200, timed_
+    assert timed_["is_all_day"] is False
+    assert (timed_["start_time"], timed_["end_time"]) == ("2026-07-01T08:00:00Z", event["end_time"])
 
 
 async def test_rescheduling_an_all_day_event_makes_it_timed(api: Any, make_user: Any) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
@@ -35,6 +37,16 @@ def _error(result: CallToolResult, code: str, param: str | None = None) -> dict[
     return error
 
 
+@asynccontextmanager
+async def _client(live_server: Any, user: Any) -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers=user.headers) as http,
+        Client(streamable_http_client(live_server.url + "/mcp-developer", http_client=http),
+               cache=None) as client,
+    ):
+        yield client
+
+
 async def _tools(client: Client) -> dict[str, Any]:
     tools: dict[str, Any] = {}
     cursor: str | None = None
@@ -47,11 +59,7 @@ async def _tools(client: Client) -> dict[str, Any]:
 
 
 async def test_events_series_and_rsvps_as_tools(live_server: Any, user: Any) -> None:
-    async with (
-        httpx2.AsyncClient(headers=user.headers) as http,
-        Client(streamable_http_client(live_server.url + "/mcp-developer", http_client=http),
-               cache=None) as client,
-    ):
+    async with _client(live_server, user) as client:
         tools = await _tools(client)
         assert set(ISSUE_OPERATIONS) <= set(tools)
         # Input schemas carry the ID patterns, and the time fields are described for agents.
@@ -119,3 +127,31 @@ async def test_events_series_and_rsvps_as_tools(live_server: Any, user: Any) -> 
             "status": "deleted"}
         _error(await client.call_tool("getEvent", {"event_id": event["id"]}),
                "resource_not_found")
+
+
+async def test_update_keeps_the_end_and_reschedule_the_duration(
+    live_server: Any, user: Any
+) -> None:
+    async with _client(live_server, user) as client:
+        profile = _ok(await client.call_tool(
+            "createProfile", {"platform_id": "mcp-mv-" + secrets.token_hex(4),
+                              "display_name": "MCP moves"}))
+        ny = "America/New_York"
+        event = _ok(await client.call_tool("createEvent", {
+            "profile_id": profile["id"], "title": "Jazz night",
+            "start_time": "2026-03-08T19:30", "start_timezone": ny,
+            "end_time": "2026-03-08T21:00", "end_timezone": ny,
+        }))
+        assert event["end_time"] == "2026-03-09T01:00:00Z"
+        later = _ok(await client.call_tool("updateEvent", {
+            "event_id": event["id"], "start_time": "2026-03-08T20:00", "start_timezone": ny}))
+        assert (later["start_time"], later["end_time"]) == (
+            "2026-03-09T00:00:00Z", "2026-03-09T01:00:00Z")
+        past = {"start_time": "2026-03-09T10:00", "start_timezone": ny}
+        refused = await client.call_tool("updateEvent", {"event_id": event["id"], **past})
+        details = _error(refused, "invalid_time_range", "start_time")["details"]
+        assert details == {"start": "2026-03-09T14:00:00Z", "end": "2026-03-09T01:00:00Z"}
+        assert _ok(await client.call_tool("getEvent", {"event_id": event["id"]})) == later
+        moved = _ok(await client.call_tool("rescheduleEvent", {"event_id": event["id"], **past}))
+        assert (moved["start_time"], moved["end_time"]) == (
+            "2026-03-09T14:00:00Z", "2026-03-09T15:00:00Z")

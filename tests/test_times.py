@@ -641,13 +641,50 @@ def test_update_is_all_day_unchanged_is_a_no_op() -> None:
     assert resolve_update(ALL_DAY, {"is_all_day": True}) == ALL_DAY
 
 
-def test_update_start_moves_end_keeping_duration_and_end_zone() -> None:
-    t = resolve_update(TIMED, {"start_time": "2026-07-20T15:00",
+def test_update_start_keeps_the_stored_end_and_end_zone() -> None:
+    t = resolve_update(TIMED, {"start_time": "2026-07-14T03:00",
                                "start_timezone": "America/New_York"})
-    assert t.start_time == utc(2026, 7, 20, 19)
-    assert t.end_time == utc(2026, 7, 20, 20, 30)
+    assert (t.start_time, t.end_time) == (utc(2026, 7, 14, 7), TIMED.end_time)
     # No cascade from start_timezone to end_timezone.
     assert (t.start_timezone, t.end_timezone) == ("America/New_York", "Europe/Berlin")
+
+
+def test_update_start_later_keeps_the_end() -> None:
+    t = resolve_update(TIMED, {"start_time": "2026-07-14T11:00", "start_timezone":
+                               "Europe/Berlin"})
+    assert (t.start_time, t.end_time) == (utc(2026, 7, 14, 9), utc(2026, 7, 14, 9, 30))
+
+
+@pytest.mark.parametrize(
+    ("start", "zone_name", "shown_start"),
+    [
+        ("2026-07-14T11:30", "Europe/Berlin", "2026-07-14T09:30:00Z"),  # onto the end
+        ("2026-07-20T15:00", "Europe/Berlin", "2026-07-20T13:00:00Z"),
+        # Only the zone changes, but 10:00 in New York is after 11:30 in Berlin.
+        ("2026-07-14T10:00", "America/New_York", "2026-07-14T14:00:00Z"),
+    ],
+)
+def test_update_start_onto_or_past_the_stored_end(
+    start: str, zone_name: str, shown_start: str,
+) -> None:
+    exc = raises("invalid_time_range", resolve_update, TIMED,
+                 {"start_time": start, "start_timezone": zone_name})
+    assert exc.param == "start_time"
+    assert details(exc) == {"start": shown_start, "end": "2026-07-14T09:30:00Z"}
+
+
+def test_update_start_zone_change_keeps_the_end_instant() -> None:
+    t = resolve_update(TIMED, {"start_time": "2026-07-14T10:00",
+                               "start_timezone": "Europe/London"})
+    assert (t.start_time, t.end_time) == (utc(2026, 7, 14, 9), TIMED.end_time)
+    assert (t.start_timezone, t.end_timezone) == ("Europe/London", "Europe/Berlin")
+
+
+def test_update_is_not_reschedule() -> None:
+    sent = {"start_time": "2026-07-20T09:00", "start_timezone": "Europe/Berlin"}
+    assert resolve_reschedule(TIMED, sent).end_time == utc(2026, 7, 20, 8, 30)
+    exc = raises("invalid_time_range", resolve_update, TIMED, sent)
+    assert details(exc) == {"start": "2026-07-20T07:00:00Z", "end": "2026-07-14T09:30:00Z"}
 
 
 def test_update_point_event_stays_a_point() -> None:
@@ -736,6 +773,7 @@ def test_update_start_after_end_when_both_sent() -> None:
 
 
 def test_update_to_all_day() -> None:
+    # A timed end is an instant, not a day to keep: the event lasts one day, as on create.
     t = resolve_update(TIMED, {"is_all_day": True, "start_date": "2026-07-20"})
     assert t == EventTimes(
         is_all_day=True, start_time=utc(2026, 7, 19, 22), end_time=utc(2026, 7, 20, 22),
@@ -786,8 +824,20 @@ def test_update_to_all_day_errors(changes: dict[str, Any], code: str, param: str
 # Updating all-day events
 
 
-def test_update_all_day_new_start_date_keeps_length_in_days() -> None:
-    t = resolve_update(ALL_DAY, {"start_date": "2026-10-24"})
+@pytest.mark.parametrize(
+    ("start_date", "start"), [("2026-07-16", utc(2026, 7, 15, 22)),
+                              ("2026-07-10", utc(2026, 7, 9, 22))],
+)
+def test_update_all_day_new_start_date_keeps_the_end_date(start_date: str, start: datetime) -> None:
+    t = resolve_update(ALL_DAY, {"start_date": start_date})
+    assert (t.start_date, t.end_date) == (date.fromisoformat(start_date), date(2026, 7, 17))
+    assert (t.start_time, t.end_time) == (start, ALL_DAY.end_time)
+
+
+def test_update_all_day_kept_end_date_is_still_a_midnight_across_dst() -> None:
+    autumn = resolve_create({**ALL_DAY_BERLIN, "start_date": "2026-10-20", "end_date":
+                             "2026-10-27"}, fill_end_timezone=True)
+    t = resolve_update(autumn, {"start_date": "2026-10-24"})
     assert (t.start_date, t.end_date) == (date(2026, 10, 24), date(2026, 10, 27))
     # Three calendar days, one of them 25 hours long.
     assert (t.start_time, t.end_time) == (utc(2026, 10, 23, 22), utc(2026, 10, 26, 23))
@@ -818,8 +868,8 @@ def test_update_all_day_row_without_dates_derives_them_from_its_instants() -> No
         start_timezone="Europe/Berlin", end_timezone="Europe/Berlin", start_date=None,
         end_date=None,
     )
-    t = resolve_update(row, {"start_date": "2026-08-01"})
-    assert (t.start_date, t.end_date) == (date(2026, 8, 1), date(2026, 8, 3))
+    t = resolve_update(row, {"start_date": "2026-07-15"})
+    assert (t.start_date, t.end_date) == (date(2026, 7, 15), date(2026, 7, 16))
 
 
 @pytest.mark.parametrize(
@@ -834,6 +884,11 @@ def test_update_all_day_row_without_dates_derives_them_from_its_instants() -> No
          {"start": "2026-07-14", "end": "2026-07-14"}),
         ({"start_date": "2026-07-20", "end_date": "2026-07-19"}, "invalid_time_range",
          "end_date", {"start": "2026-07-20", "end": "2026-07-19"}),
+        # The stored end_date stays: a start_date onto or past it is refused.
+        ({"start_date": "2026-07-17"}, "invalid_time_range", "start_date",
+         {"start": "2026-07-17", "end": "2026-07-17"}),
+        ({"start_date": "2026-08-01"}, "invalid_time_range", "start_date",
+         {"start": "2026-08-01", "end": "2026-07-17"}),
         ({"end_date": "2026-7-20"}, "invalid_time_format", "end_date", None),
         ({"start_timezone": "Nowhere"}, "invalid_timezone", "start_timezone", None),
         ({"end_timezone": "Nowhere"}, "invalid_timezone", "end_timezone", None),
@@ -851,10 +906,10 @@ def test_update_all_day_errors(
 # Switching all-day -> timed
 
 
-def test_update_to_timed_keeps_duration() -> None:
+def test_update_to_timed_keeps_the_end_instant() -> None:
     t = resolve_update(ALL_DAY, {"is_all_day": False, **TIMED_BERLIN})
     assert t.start_time == utc(2026, 7, 14, 8)
-    assert t.end_time == utc(2026, 7, 17, 8)  # the three days the event spanned
+    assert t.end_time == ALL_DAY.end_time == utc(2026, 7, 16, 22)  # its last midnight
     assert (t.start_date, t.end_date) == (None, None)
     assert (t.start_timezone, t.end_timezone) == ("Europe/Berlin", "Europe/Berlin")
     assert not t.is_all_day
@@ -886,6 +941,9 @@ def test_update_to_timed_with_end_or_without() -> None:
          "field_dependency", "end_time"),
         ({"is_all_day": False, **TIMED_BERLIN, "end_time": "2026-07-14T09:00",
           "end_timezone": "Europe/Berlin"}, "invalid_time_range", "end_time"),
+        # The kept end is the last midnight, 2026-07-17T00:00 in Berlin.
+        ({"is_all_day": False, "start_time": "2026-07-17T00:00", "start_timezone":
+          "Europe/Berlin"}, "invalid_time_range", "start_time"),
         ({"is_all_day": "yes", **TIMED_BERLIN}, "invalid_field", "is_all_day"),
     ],
 )

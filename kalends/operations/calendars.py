@@ -181,7 +181,8 @@ register(
             title="Update a calendar event",
             description=(
                 "Change a personal calendar event; send only the fields to change. Moving the "
-                "start without an end keeps the duration. " + _READ_ONLY + " " + _REUSE_IDS
+                "start without an end keeps the stored end; a start at or after it is "
+                "invalid_time_range. " + _READ_ONLY + " " + _REUSE_IDS
             ),
             idempotent=True,
         ),
