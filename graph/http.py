@@ -8,15 +8,12 @@ from aiohttp import web
 from strawberry.aiohttp.views import GraphQLView
 
 from graph.context import Context
-from kalends.auth import authenticate_key
-from kalends.services import REQUEST_ID, SERVICES
+from kalends.services import REQUEST_ID, SERVICES, VIEWER
 
 
 class KalendsGraphQLView(GraphQLView[Context, None]):
     allow_queries_via_get = False
 
     async def get_context(self, request: web.Request, response: Any) -> Context:
-        services = request.app[SERVICES]
-        # An ApiError here reaches the error middleware: a 401 envelope, as on REST.
-        viewer = await authenticate_key(services.db, request.headers.get("Authorization"))
-        return Context(services, viewer, request[REQUEST_ID])
+        # The guard middleware has authenticated the key, as on REST.
+        return Context(request.app[SERVICES], request[VIEWER], request[REQUEST_ID])

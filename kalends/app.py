@@ -10,16 +10,16 @@ from aiohttp import web
 
 import kalends.operations  # noqa: F401  (registers every operation)
 import mcp_bridge
-from db import secrets
+from db import ratelimits, secrets
 from db.database import Database
 from graph.context import Services
 from graph.http import KalendsGraphQLView
 from graph.schema import schema
-from kalends import jobs, registry, sync
+from kalends import config, jobs, metrics, registry, sync
 from kalends.pagination import Cursors
-from kalends.services import SERVICES
+from kalends.services import SERVICES, SETTINGS
 from rest_bridge import openapi, routes
-from rest_bridge.middleware import error_envelopes, request_context
+from rest_bridge.middleware import error_envelopes, guard, request_context, require_api_key
 from rest_bridge.responses import json_response
 
 log = logging.getLogger("kalends.app")
@@ -30,22 +30,25 @@ registry.prepare(schema._schema)
 _OPENAPI = openapi.document()
 
 
-def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None
-               ) -> web.Application:
-    """`run_jobs`: run background jobs in this process (default: unless
-    KALENDS_JOBS=off, which leaves them to `kalends worker` processes)."""
+def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
+               settings: config.Settings | None = None) -> web.Application:
+    """`settings`: by default read from the environment. `run_jobs`: run
+    background jobs in this process (default: `settings.jobs_in_process`)."""
+    settings = settings or config.load()
     app = web.Application(
-        middlewares=[request_context, error_envelopes], client_max_size=MAX_BODY
+        middlewares=[request_context, error_envelopes, guard], client_max_size=MAX_BODY
     )
+    app[SETTINGS] = settings
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(dsn, max_size=pool_size)
         cursor_secret = await secrets.get(db, "cursor")
         app[SERVICES] = Services(db=db, cursors=Cursors(cursor_secret), schema=schema._schema)
-        if run_jobs if run_jobs is not None else jobs.in_process():
+        sweeper = asyncio.create_task(_forget_idle_buckets(db))
+        if run_jobs if run_jobs is not None else settings.jobs_in_process:
             # A pool of its own: jobs never take the connections requests need.
             jobs_db = await Database.connect(dsn, min_size=1, max_size=4)
-            worker = jobs.Worker(jobs_db, dsn, sync.HANDLERS)
+            worker = jobs.Worker(jobs_db, dsn, sync.HANDLERS, settings.job_heartbeat)
             task = asyncio.create_task(worker.run())
             yield
             worker.stop()
@@ -53,16 +56,30 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None
             await jobs_db.close()
         else:
             yield
+        sweeper.cancel()
         await db.close()
 
     app.cleanup_ctx.append(services)
+    app.cleanup_ctx.append(metrics.pool_publisher)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", metrics.scrape)
     app.router.add_get("/openapi.json", _openapi)
-    app.router.add_route("POST", "/graphql", KalendsGraphQLView(schema=schema, graphql_ide=None))
+    require_api_key(app, app.router.add_route(
+        "POST", "/graphql", KalendsGraphQLView(schema=schema, graphql_ide=None)))
     routes.setup(app)
-    mcp_bridge.setup(app)
+    mcp_bridge.setup(app, settings)
     return app
+
+
+async def _forget_idle_buckets(db: Database, every: float = 600) -> None:
+    """Keep the rate-limit table as small as the set of recently active callers."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await ratelimits.forget_idle(db)
+        except Exception:  # an outage, say: the next round tries again
+            log.warning("could not prune rate-limit buckets", exc_info=True)
 
 
 async def _healthz(request: web.Request) -> web.Response:

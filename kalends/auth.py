@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from db import accounts
+from kalends.config import Rate
 from kalends.errors import ApiError
+from kalends.ratelimit import Decision
 
 if TYPE_CHECKING:
     from db.database import Database
@@ -39,19 +41,39 @@ def _unauthenticated(message: str) -> ApiError:
     return ApiError("not_authenticated", message)
 
 
-async def authenticate_key(db: Database, authorization: str | None) -> Viewer:
+@dataclass(frozen=True)
+class Caller:
+    """Who a valid key belongs to, and what the request cost of its rate limit."""
+
+    consumer: str
+    viewer: Viewer | None
+    """None while the consumer is unclaimed."""
+    limit: Decision | None
+
+    def claimed(self) -> Viewer:
+        if self.viewer is None:
+            raise ApiError(
+                "consumer_not_claimed",
+                f"Consumer `{self.consumer}` has not been claimed by a user yet.",
+            )
+        return self.viewer
+
+
+async def authenticate_key(db: Database, authorization: str | None, rate: Rate | None = None
+                           ) -> Caller:
+    """Look the key up and, with `rate`, charge its consumer: one statement."""
     if not authorization:
         raise _unauthenticated("Send your API key as `Authorization: Bearer <key>`.")
     scheme, _, key = authorization.partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key or len(key) > 512:
         raise _unauthenticated("The Authorization header must be `Bearer <key>`.")
-    row = await accounts.key_owner(db, hash_key(key))
+    charge = None if rate is None else (rate.interval, rate.window)
+    row = await accounts.key_owner(db, hash_key(key), charge)
     if row is None:
         raise _unauthenticated("The API key is unknown or revoked.")
-    if row["user_id"] is None:
-        raise ApiError(
-            "consumer_not_claimed",
-            f"Consumer `{row['consumer']}` has not been claimed by a user yet.",
-        )
-    return Viewer(row["user_id"], row["consumer"], row["email"], row["timezone"])
+    viewer = None
+    if row["user_id"] is not None:
+        viewer = Viewer(row["user_id"], row["consumer"], row["email"], row["timezone"])
+    limit = None if rate is None else Decision.from_row(rate, row)
+    return Caller(row["consumer"], viewer, limit)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -19,22 +22,35 @@ import orjson
 from db import embedded
 from db.database import Database
 from db.migrate import migrate
-from kalends import accounts, logs
+from kalends import accounts, config, logs
 
 
 @contextmanager
-def _database() -> Iterator[str]:
+def _database(*, keep: bool = False) -> Iterator[str]:
     """DATABASE_URL when set; else the embedded server, stopped on the way out
-    unless another process (a running `serve`) still holds it."""
+    unless another process (a running `serve`) still holds it. `keep`: this
+    process owns the server while it runs, and starts it again if it stops."""
     dsn = os.environ.get("DATABASE_URL")
     if dsn:
         yield dsn
         return
+    if keep:
+        embedded.become_subreaper()
     dsn, server = embedded.start()
     try:
-        yield dsn
+        if keep:
+            with embedded.Keeper(server, on_restart=_count_restart):
+                yield dsn
+        else:
+            yield dsn
     finally:
         embedded.stop(server)
+
+
+def _count_restart() -> None:
+    from kalends import metrics
+
+    metrics.embedded_db_restarted()
 
 
 def _exit_on_sigterm() -> None:
@@ -64,7 +80,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     _defer_stop_signals()
     logs.configure()
-    with _database() as dsn:
+    settings = _settings()
+    with _database(keep=True) as dsn:
         if not args.child:
             asyncio.run(migrate(dsn))
         if _stop_requested:
@@ -73,7 +90,7 @@ def _serve(args: argparse.Namespace) -> int:
             return _supervise(args, dsn)
         from kalends.app import create_app
 
-        app = create_app(dsn)
+        app = create_app(dsn, settings=settings)
         url = f"http://{args.host}:{args.port}"
 
         async def start(_app: web.Application) -> None:
@@ -96,7 +113,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _supervise(args: argparse.Namespace, dsn: str) -> int:
     """N single-process servers sharing the port through SO_REUSEPORT."""
-    env = {**os.environ, "DATABASE_URL": dsn}
+    # Each child writes its metrics here and any child's /metrics adds them all up.
+    # Fresh each start: files left by an earlier run would count again.
+    metrics_dir = tempfile.mkdtemp(prefix="kalends-metrics-")
+    atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
+    env = {**os.environ, "DATABASE_URL": dsn, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
     command = [sys.executable, "-m", "kalends", "serve", "--host", args.host,
                "--port", str(args.port), "--child"]
     children = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
@@ -125,20 +146,30 @@ def _supervise(args: argparse.Namespace, dsn: str) -> int:
     return 0 if clean and not worker_died else 1
 
 
+def _settings() -> config.Settings:
+    """The configuration, or exit 2 with one line naming what is wrong."""
+    try:
+        return config.load()
+    except config.ConfigError as exc:
+        sys.stderr.write(f"kalends: invalid configuration: {exc}\n")
+        sys.exit(2)
+
+
 def _worker(args: argparse.Namespace) -> int:
     """Background jobs only: run as many as you like, on any machine."""
     logs.configure()
+    settings = _settings()
     with _database() as dsn:
-        asyncio.run(_run_worker(dsn))
+        asyncio.run(_run_worker(dsn, settings))
     return 0
 
 
-async def _run_worker(dsn: str) -> None:
+async def _run_worker(dsn: str, settings: config.Settings) -> None:
     from kalends import jobs, sync
 
     await migrate(dsn)
     db = await Database.connect(dsn, min_size=1, max_size=20)
-    worker = jobs.Worker(db, dsn, sync.HANDLERS)
+    worker = jobs.Worker(db, dsn, sync.HANDLERS, settings.job_heartbeat)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.stop)
@@ -184,14 +215,28 @@ def _print(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low} to {high}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kalends", description="Kalends scheduling service")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the service")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--port", type=_bounded(1, 65535), default=8080)
+    serve.add_argument("--workers", type=_bounded(1, 64), default=1)
     serve.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
 

@@ -69,6 +69,7 @@ class ApiError(Exception):
         *,
         param: str | None = None,
         details: dict[str, Any] | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.type, self.status = _CODES[code]
@@ -76,6 +77,8 @@ class ApiError(Exception):
         self.message = message
         self.param = param
         self.details = _clean_details(details) if details else None
+        self.retry_after = retry_after
+        """Seconds, for the Retry-After header of 429 and 503 answers."""
 
     @property
     def extensions(self) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from datetime import timedelta
@@ -37,16 +36,6 @@ async def enqueue(tx: Tx, entrypoint: str, payload: dict[str, Any]) -> None:
     await queries.enqueue(entrypoint, orjson.dumps(payload))
 
 
-def heartbeat_timeout() -> timedelta:
-    return timedelta(seconds=float(os.environ.get("KALENDS_JOB_HEARTBEAT_SECONDS", "30")))
-
-
-def in_process() -> bool:
-    """Whether `kalends serve` runs workers itself (`KALENDS_JOBS=off` leaves the
-    jobs to separate `kalends worker` processes)."""
-    return os.environ.get("KALENDS_JOBS", "on").lower() not in {"off", "0", "false", "no"}
-
-
 def _retrying(parameters: EntrypointExecutorParameters) -> AbstractEntrypointExecutor:
     # A failed job (a lost connection, a deadlock) is retried with back-off;
     # after the last attempt it is held as failed, not deleted, for an operator.
@@ -66,8 +55,10 @@ class Worker:
     """Runs queued jobs until `stop()`; restarts its queue manager if the
     database goes away, so a worker outlives a database restart."""
 
-    def __init__(self, db: Database, dsn: str, handlers: Mapping[str, Handler]) -> None:
+    def __init__(self, db: Database, dsn: str, handlers: Mapping[str, Handler],
+                 heartbeat: timedelta) -> None:
         self._db = db
+        self._heartbeat = heartbeat
         self._dsn = dsn
         self._handlers = handlers
         self._stopping = asyncio.Event()
@@ -102,7 +93,7 @@ class Worker:
             self._manager = manager
             if self._stopping.is_set():
                 return
-            stale = heartbeat_timeout()
+            stale = self._heartbeat
             await manager.run(
                 heartbeat_timeout=stale,
                 # An idle worker looks for jobs orphaned by a dead worker this

@@ -3,10 +3,19 @@
 from aiohttp import web
 
 from graph.context import Services
+from kalends.auth import Viewer
+from kalends.config import Settings
+from kalends.ratelimit import Decision
 
 SERVICES = web.AppKey("services", Services)
+SETTINGS = web.AppKey("settings", Settings)
+VIEWER = web.RequestKey("viewer", Viewer)
+RATE_LIMIT = web.RequestKey("rate_limit", Decision)
 REQUEST_ID = web.RequestKey("request_id", str)
 OPERATION = web.RequestKey("operation", str)
 IDEMPOTENCY_KEY = web.RequestKey("idempotency_key", str)
 
-__all__ = ["IDEMPOTENCY_KEY", "OPERATION", "REQUEST_ID", "SERVICES", "Services"]
+__all__ = [
+    "IDEMPOTENCY_KEY", "OPERATION", "RATE_LIMIT", "REQUEST_ID", "SERVICES", "SETTINGS", "VIEWER",
+    "Services",
+]

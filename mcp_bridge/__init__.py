@@ -11,13 +11,17 @@ from __future__ import annotations
 from aiohttp import web
 
 from kalends import registry
-from mcp_bridge import origins, routes
+from kalends.config import Settings
+from mcp_bridge import routes
 from mcp_bridge.tools import build_catalogue
+from rest_bridge.middleware import require_api_key
 
 
-def setup(app: web.Application) -> None:
+def setup(app: web.Application, settings: Settings) -> None:
     app[routes.CATALOGUE] = build_catalogue(registry.OPERATIONS)
-    app[routes.ALLOWED_ORIGINS] = origins.configured()
+    app[routes.ALLOWED_ORIGINS] = settings.mcp_allowed_origins
     # "*" so that GET and DELETE reach the handler and get the transport's 405.
     app.router.add_route("*", "/mcp", routes.oauth)
-    app.router.add_route("*", "/mcp-developer", routes.developer)
+    # A tool call past the rate limit is an isError result (tools.call), not a 429.
+    require_api_key(app, app.router.add_route("*", "/mcp-developer", routes.developer),
+                    defer_limit=True)

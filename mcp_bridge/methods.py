@@ -15,6 +15,7 @@ from mcp_bridge.protocol import LEGACY_VERSIONS, META_SERVER_INFO, SUPPORTED_VER
 
 if TYPE_CHECKING:
     from kalends.auth import Viewer
+    from kalends.ratelimit import Decision
 
 
 def _version() -> str:
@@ -45,6 +46,7 @@ class Context:
     viewer: Viewer
     request_id: str
     catalogue: tools.Catalogue
+    limit: Decision | None = None
 
 
 _Handler = Callable[[Context, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -93,7 +95,7 @@ async def _tools_list(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _tools_call(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
-    return await tools.call(ctx.app, ctx.viewer, params, ctx.request_id)
+    return await tools.call(ctx.app, ctx.viewer, params, ctx.request_id, ctx.limit)
 
 
 _LEGACY: dict[str, _Handler] = {

@@ -9,18 +9,17 @@ KALENDS_MCP_ALLOWED_ORIGINS (e.g. "https://app.example.com").
 
 from __future__ import annotations
 
-import os
-
 from yarl import URL
 
 ENV_VAR = "KALENDS_MCP_ALLOWED_ORIGINS"
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-def configured() -> frozenset[str]:
-    """The listed origins, normalised; a malformed entry stops start-up."""
+def parse(value: str) -> frozenset[str]:
+    """The listed origins, normalised; a malformed entry is a ValueError (it stops
+    start-up, see kalends.config)."""
     origins = set()
-    for item in os.environ.get(ENV_VAR, "").split(","):
+    for item in value.split(","):
         if not item.strip():
             continue
         origin = _normalise(item.strip())

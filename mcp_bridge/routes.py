@@ -12,9 +12,9 @@ from aiohttp import web
 from yarl import URL
 
 from kalends import registry
-from kalends.auth import Viewer, authenticate_key
+from kalends.auth import Viewer
 from kalends.errors import ApiError
-from kalends.services import OPERATION, REQUEST_ID, SERVICES
+from kalends.services import OPERATION, RATE_LIMIT, REQUEST_ID, VIEWER
 from mcp_bridge import jsonrpc, methods, origins, protocol
 from mcp_bridge.jsonrpc import RpcError
 from mcp_bridge.tools import Catalogue
@@ -37,9 +37,8 @@ async def developer(request: web.Request) -> web.StreamResponse:
     refusal = _refusal(request)
     if refusal is not None:
         return refusal
-    # An ApiError (401, or 403 consumer_not_claimed) is rendered by the app's middleware.
-    viewer = await authenticate_key(request.app[SERVICES].db, request.headers.get("Authorization"))
-    return await _serve(request, viewer)
+    # The guard middleware has authenticated the key (401, 403 consumer_not_claimed).
+    return await _serve(request, request[VIEWER])
 
 
 async def oauth(request: web.Request) -> web.StreamResponse:
@@ -91,7 +90,8 @@ async def _serve(request: web.Request, viewer: Viewer) -> web.Response:
     if message.method == "tools/call" and isinstance(tool, str) and tool in registry.OPERATIONS:
         request[OPERATION] = tool  # names the operation in the access log, as REST does
     modern = protocol.is_modern(request.headers, message)
-    ctx = methods.Context(request.app, viewer, request[REQUEST_ID], request.app[CATALOGUE])
+    ctx = methods.Context(request.app, viewer, request[REQUEST_ID], request.app[CATALOGUE],
+                          request.get(RATE_LIMIT))
     try:
         if modern:
             protocol.check_modern(request.headers, message)

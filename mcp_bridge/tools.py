@@ -18,6 +18,7 @@ from mcp_bridge.jsonrpc import INVALID_PARAMS, RpcError
 
 if TYPE_CHECKING:
     from kalends.auth import Viewer
+    from kalends.ratelimit import Decision
     from kalends.registry import Operation
 
 # Few round trips for a client, yet today's catalogue spans two pages, so clients
@@ -97,9 +98,11 @@ def list_page(catalogue: Catalogue, params: Mapping[str, Any]) -> dict[str, Any]
 
 
 async def call(
-    app: web.Application, viewer: Viewer, params: Mapping[str, Any], request_id: str
+    app: web.Application, viewer: Viewer, params: Mapping[str, Any], request_id: str,
+    limit: Decision | None = None,
 ) -> dict[str, Any]:
-    """A tools/call result; API errors become `isError` results, as tools.mdx asks."""
+    """A tools/call result; API errors, the rate limit's included, become `isError`
+    results, as tools.mdx asks."""
     name = params.get("name")
     if not isinstance(name, str):
         raise RpcError(INVALID_PARAMS, "tools/call needs params.name, a string.")
@@ -112,6 +115,8 @@ async def call(
     if not isinstance(arguments, dict):
         raise RpcError(INVALID_PARAMS, "params.arguments must be an object.")
     try:
+        if limit is not None:
+            limit.enforce()
         body = await registry.call_flat(app, viewer, op, arguments, request_id)
     except ApiError as exc:
         return _tool_result(exc.envelope(request_id), is_error=True)

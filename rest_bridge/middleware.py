@@ -1,4 +1,5 @@
-"""Middlewares for every route: request ids, error envelopes, structured access logs."""
+"""Middlewares for every route: request ids, error envelopes, structured access
+logs, and the guard that authenticates and rate-limits every request."""
 
 from __future__ import annotations
 
@@ -10,8 +11,18 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from kalends import metrics, ratelimit
+from kalends.auth import Viewer, authenticate_key
 from kalends.errors import ApiError, internal_error
-from kalends.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID
+from kalends.services import (
+    IDEMPOTENCY_KEY,
+    OPERATION,
+    RATE_LIMIT,
+    REQUEST_ID,
+    SERVICES,
+    SETTINGS,
+    VIEWER,
+)
 from rest_bridge.responses import error_response
 
 log = logging.getLogger("kalends.access")
@@ -19,22 +30,40 @@ _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+API_KEY_ROUTES = web.AppKey("api_key_routes", dict[web.AbstractRoute, bool])
+"""Routes that take an API key, each with whether it defers the limit to its handler."""
+# Probes and scrapes come from infrastructure and must answer even under a flood.
+_UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def require_api_key(app: web.Application, route: web.AbstractRoute, *,
+                    defer_limit: bool = False) -> None:
+    """Mark `route` as authenticated by API key. `defer_limit`: its handler calls
+    `request[RATE_LIMIT].enforce()` itself (MCP answers a tool call past the limit
+    with an isError result, not an HTTP 429)."""
+    app.setdefault(API_KEY_ROUTES, {})[route] = defer_limit
+
 
 @web.middleware
 async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Outermost: names the request, logs it, and stamps X-Request-Id on any answer."""
+    """Outermost: names the request, logs and measures it, and stamps X-Request-Id
+    on any answer (errors too: the inner middleware has made them responses)."""
     supplied = request.headers.get("X-Request-Id", "")
     request_id = supplied if _CLIENT_REQUEST_ID.match(supplied) else "req_" + secrets.token_hex(12)
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     response = await handler(request)
+    duration = time.perf_counter() - started
+    metrics.observe_request(request, response.status, duration)
     response.headers["X-Request-Id"] = request_id
+    if RATE_LIMIT in request:
+        response.headers.update(request[RATE_LIMIT].headers())
     log.info(
         "request",
         extra={
             "request_id": request_id, "method": request.method, "path": request.path,
             "status": response.status,
-            "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+            "duration_ms": round(duration * 1000, 2),
             **({"operation": request[OPERATION]} if OPERATION in request else {}),
             **({"idempotency_key": request[IDEMPOTENCY_KEY]}
                if IDEMPOTENCY_KEY in request else {}),
@@ -76,3 +105,42 @@ def _from_http(exc: web.HTTPException) -> ApiError:
     if exc.status < 500:
         return ApiError("invalid_json", exc.reason or "Bad request.")
     return internal_error()
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate routes that take an API key, and charge every request to a
+    rate-limit bucket: the key's consumer, else the client address."""
+    routes = request.app.get(API_KEY_ROUTES, {})
+    route = request.match_info.route
+    if route in routes:
+        request[VIEWER] = await _authenticate(request, defer_limit=routes[route])
+    elif request.path not in _UNLIMITED_PATHS:
+        await _charge_address(request)
+    return await handler(request)
+
+
+async def _authenticate(request: web.Request, *, defer_limit: bool) -> Viewer:
+    db = request.app[SERVICES].db
+    settings = request.app[SETTINGS]
+    try:
+        caller = await authenticate_key(
+            db, request.headers.get("Authorization"), settings.rate_limit)
+    except ApiError as exc:
+        if exc.code == "not_authenticated":
+            await _charge_address(request)  # a flood of bad keys is limited by address
+        raise
+    if caller.limit is not None:
+        request[RATE_LIMIT] = caller.limit
+        if not defer_limit:
+            caller.limit.enforce()
+    return caller.claimed()
+
+
+async def _charge_address(request: web.Request) -> None:
+    settings = request.app[SETTINGS]
+    decision = await ratelimit.charge_address(
+        request.app[SERVICES].db, request.remote, settings.anonymous_rate_limit)
+    if decision is not None:
+        request[RATE_LIMIT] = decision
+        decision.enforce()

@@ -13,6 +13,13 @@ from kalends.registry import OPERATIONS, Operation
 
 _REF = "#/components/schemas/{model}"
 _ERROR_REF = {"$ref": "#/components/responses/Error"}
+# draft-ietf-httpapi-ratelimit-headers, on every authenticated response.
+_RATE_LIMIT_HEADERS: dict[str, Any] = {
+    "RateLimit-Policy": {"schema": {"type": "string"},
+                         "description": 'The quota policy, e.g. `"default";q=6000;w=60`.'},
+    "RateLimit": {"schema": {"type": "string"},
+                  "description": 'What is left of it, e.g. `"default";r=5999;t=1`.'},
+}
 
 
 def document() -> dict[str, Any]:
@@ -37,6 +44,17 @@ def document() -> dict[str, Any]:
                 "Error": {
                     "description": "An error, in the contract's envelope.",
                     "headers": {"X-Request-Id": {"schema": {"type": "string"}}},
+                    "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}},
+                },
+                "RateLimited": {
+                    "description": "Past the rate limit (rate_limit_exceeded).",
+                    "headers": {
+                        "X-Request-Id": {"schema": {"type": "string"}},
+                        "Retry-After": {"schema": {"type": "integer", "minimum": 1},
+                                        "description": "Seconds until a request is allowed."},
+                        **_RATE_LIMIT_HEADERS,
+                    },
                     "content": {"application/json": {
                         "schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}},
                 },
@@ -106,7 +124,8 @@ def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _responses(op: Operation) -> dict[str, Any]:
-    headers: dict[str, Any] = {"X-Request-Id": {"schema": {"type": "string"}}}
+    headers: dict[str, Any] = {"X-Request-Id": {"schema": {"type": "string"}},
+                               **_RATE_LIMIT_HEADERS}
     success: dict[str, Any] = {"description": op.summary, "headers": headers}
     if op.location is not None:
         headers["Location"] = {"schema": {"type": "string"},
@@ -116,13 +135,16 @@ def _responses(op: Operation) -> dict[str, Any]:
     responses: dict[str, Any] = {str(op.status): success}
     if op.created is not None:  # the same body when an existing resource is replaced
         replaced = {k: v for k, v in success.items() if k != "headers"}
-        responses["200"] = {**replaced, "headers": {"X-Request-Id": headers["X-Request-Id"]}}
+        responses["200"] = {**replaced, "headers": {
+            k: v for k, v in headers.items() if k != "Location"}}
     codes = ["400", "401", "403", "404", "405", "500", "503"]
     if op.body is not None:
         codes += ["409", "413", "415"]
     for code in sorted(codes):
         responses[code] = _ERROR_REF
+    responses["429"] = {"$ref": "#/components/responses/RateLimited"}
     return responses
+
 
 
 def _error_envelope() -> dict[str, Any]:

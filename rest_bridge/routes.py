@@ -9,10 +9,10 @@ import orjson
 from aiohttp import web
 
 from graph.context import Context
-from kalends.auth import authenticate_key
 from kalends.errors import ApiError
 from kalends.registry import OPERATIONS, Operation, bind, run
-from kalends.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID, SERVICES
+from kalends.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID, SERVICES, VIEWER
+from rest_bridge.middleware import require_api_key
 from rest_bridge.responses import json_response
 
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{8,255}$")
@@ -20,14 +20,14 @@ _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{8,255}$")
 
 def setup(app: web.Application) -> None:
     for op in OPERATIONS.values():
-        app.router.add_route(op.method, op.path, _handler(op), name=op.name)
+        require_api_key(app, app.router.add_route(op.method, op.path, _handler(op), name=op.name))
 
 
 def _handler(op: Operation) -> Any:
     async def handle(request: web.Request) -> web.StreamResponse:
         request[OPERATION] = op.name
         services = request.app[SERVICES]
-        viewer = await authenticate_key(services.db, request.headers.get("Authorization"))
+        viewer = request[VIEWER]
         if op.creates:
             _check_idempotency_key(request)
         body = await _read_body(request) if op.body is not None else None

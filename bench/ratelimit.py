@@ -1,0 +1,139 @@
+"""What the rate limiter costs a request: the same requests against two `kalends serve`
+processes on one database, one with the limiter off and one with it on (a quota so large
+that it charges every request and refuses none), alternated A B A B.
+
+    python bench/ratelimit.py [--rounds 3] [--requests 2000] [--warmup 200] [--concurrency 16]
+
+Also times the authentication statement alone on one connection, with and without the
+charge folded into it (the limiter's whole database cost), alternated the same way.
+Prints each round's table and the ratios limiter-on / limiter-off of the medians.
+Exit status 0 only if every request answered 200 and both services stopped cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+import harness
+from harness import Result, Scenario
+
+sys.path.insert(0, str(harness.REPO))
+
+from db import accounts, embedded  # noqa: E402
+from kalends.auth import hash_key  # noqa: E402
+
+UNLIMITED = {"KALENDS_RATE_LIMIT": "off", "KALENDS_RATE_LIMIT_ANONYMOUS": "off"}
+# Charged on every request, never refused: the limiter's full cost, none of its effect.
+CHARGED = {"KALENDS_RATE_LIMIT": "999999999/60", "KALENDS_RATE_LIMIT_ANONYMOUS": "off"}
+
+
+async def _requests(url: str, api_key: str, args: object, label: str) -> list[Result]:
+    headers = {"Authorization": f"Bearer {api_key}"}
+    concurrency = args.concurrency  # type: ignore[attr-defined]
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
+        results = []
+        for path in ("/v1/organizations", "/v1/profiles?limit=20"):
+            scenario = Scenario(f"{label} GET {path}", lambda i, p=path: f"{url}{p}")
+            results.append(await harness.measure(
+                session, scenario, args.warmup, args.requests, concurrency))  # type: ignore[attr-defined]
+        return results
+
+
+async def _statement(dsn: str, api_key: str, count: int) -> tuple[float, float]:
+    """Microseconds per authentication statement: (plain, with the charge)."""
+    conn = await asyncpg.connect(dsn)
+    db = _OneConnection(conn)
+    key = hash_key(api_key)
+    charge = (timedelta(seconds=60 / 999999999), timedelta(seconds=60))
+    try:
+        timings: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(3):
+            for charged in (False, True):
+                started = time.perf_counter()
+                for _ in range(count):
+                    await accounts.key_owner(db, key, charge if charged else None)  # type: ignore[arg-type]
+                timings[charged].append((time.perf_counter() - started) / count * 1e6)
+        return statistics.median(timings[False]), statistics.median(timings[True])
+    finally:
+        await conn.close()
+
+
+class _OneConnection:
+    """The slice of `db.database.Database` that `accounts.key_owner` uses, on one connection."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    async def fetchrow(self, sql: str, *args: object) -> object:
+        return await self._conn.fetchrow(sql, *args)
+
+
+def main() -> int:
+    args = harness.options(__doc__ or "", {"rounds": (3, "A B rounds")})
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    workdir = harness._data_root()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(harness.REPO), env.get("PYTHONPATH")]))
+    server = None
+    if not env.get("DATABASE_URL"):
+        env["DATABASE_URL"], server = embedded.start(workdir / "data")
+    services = {
+        "off": harness.Service({**env, **UNLIMITED}, _dir(workdir, "off")),
+        "on": harness.Service({**env, **CHARGED}, _dir(workdir, "on")),
+    }
+    ok = True
+    rounds: dict[str, list[list[Result]]] = {"off": [], "on": []}
+    try:
+        for service in services.values():
+            service.wait_ready()
+        user = services["off"].admin("create-user", "--email",
+                                     f"bench-{secrets.token_hex(4)}@example.com")
+        api_key = str(user["api_key"])
+        for round_ in range(args.rounds):
+            for label, service in services.items():
+                results = asyncio.run(_requests(service.url, api_key, args, f"limiter {label}"))
+                rounds[label].append(results)
+                print(f"\nround {round_ + 1}, limiter {label}\n{harness.table(results)}")
+                ok = ok and not any(r.unexpected for r in results)
+        plain, charged = asyncio.run(_statement(env["DATABASE_URL"], api_key, args.requests))
+    finally:
+        for service in services.values():
+            status, _ = service.stop()
+            ok = ok and status == 0
+        if server is not None:
+            embedded.stop(server)
+    print(f"\nPython {sys.version.split()[0]}, {os.cpu_count()} CPUs, concurrency "
+          f"{args.concurrency}, {args.rounds} rounds A B, {args.requests} requests each")
+    for index, name in enumerate(("GET /v1/organizations", "GET /v1/profiles?limit=20")):
+        off_rps = statistics.median(r[index].rps for r in rounds["off"])
+        on_rps = statistics.median(r[index].rps for r in rounds["on"])
+        off_p50 = statistics.median(r[index].percentile(50) for r in rounds["off"])
+        on_p50 = statistics.median(r[index].percentile(50) for r in rounds["on"])
+        print(f"{name:<28} req/s on/off {on_rps:.0f}/{off_rps:.0f} = {on_rps / off_rps:.3f}; "
+              f"p50 on/off {on_p50:.2f}/{off_p50:.2f} ms = {on_p50 / off_p50:.3f}")
+    print(f"authentication statement alone: {plain:.0f} us plain, {charged:.0f} us with the "
+          f"charge (+{charged - plain:.0f} us, ratio {charged / plain:.2f})")
+    if ok:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def _dir(workdir: Path, name: str) -> Path:
+    path = workdir / name
+    path.mkdir()
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Configuration from the environment, read and checked in one place.
+
+`kalends serve` and `kalends worker` call `load()` before they start anything,
+so a bad value stops them with one line that names the variable, what it holds
+and what it should hold, instead of failing later inside a request.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; its message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """`requests` per `seconds`: the quota and window of a rate-limit policy."""
+
+    requests: int
+    seconds: int
+
+    @property
+    def interval(self) -> timedelta:
+        """The time one request uses up of the window (GCRA's emission interval)."""
+        return timedelta(seconds=self.seconds / self.requests)
+
+    @property
+    def window(self) -> timedelta:
+        return timedelta(seconds=self.seconds)
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    jobs_in_process: bool = True
+    job_heartbeat: timedelta = timedelta(seconds=30)
+    mcp_allowed_origins: frozenset[str] = frozenset()
+    rate_limit: Rate | None = Rate(6000, 60)
+    """Per consumer, across REST, /graphql and MCP; None: unlimited."""
+    anonymous_rate_limit: Rate | None = Rate(600, 60)
+    """Per client address, for requests without a valid credential; None: unlimited."""
+    metrics_token: str | None = None
+    """When set, GET /metrics needs `Authorization: Bearer <token>`; else loopback only."""
+
+
+DEFAULTS = Settings()
+
+_SWITCH = {"on": True, "1": True, "true": True, "yes": True,
+           "off": False, "0": False, "false": False, "no": False}
+_RATE = re.compile(r"^\s*(\d{1,9})\s*/\s*(\d{1,7})\s*s?\s*$")
+
+
+def load(environ: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    return Settings(
+        database_url=_database_url(env.get("DATABASE_URL")),
+        jobs_in_process=_switch(env, "KALENDS_JOBS", DEFAULTS.jobs_in_process),
+        job_heartbeat=_seconds(env, "KALENDS_JOB_HEARTBEAT_SECONDS", DEFAULTS.job_heartbeat),
+        mcp_allowed_origins=_origins(env),
+        rate_limit=_rate(env, "KALENDS_RATE_LIMIT", DEFAULTS.rate_limit),
+        anonymous_rate_limit=_rate(
+            env, "KALENDS_RATE_LIMIT_ANONYMOUS", DEFAULTS.anonymous_rate_limit),
+        metrics_token=_token(env, "KALENDS_METRICS_TOKEN"),
+    )
+
+
+def _invalid(name: str, value: str, expected: str) -> ConfigError:
+    shown = value if len(value) <= 80 else value[:77] + "..."
+    return ConfigError(f"{name}={shown!r} is not valid: expected {expected}")
+
+
+def _database_url(value: str | None) -> str | None:
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("postgres", "postgresql"):
+        # Never echo it: a DSN may carry a password.
+        raise ConfigError("DATABASE_URL is not valid: expected postgresql://user:pass@host/db")
+    return value
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    value = env.get(name)
+    if value is None or not value.strip():
+        return default
+    try:
+        return _SWITCH[value.strip().lower()]
+    except KeyError:
+        raise _invalid(name, value, "on or off") from None
+
+
+def _seconds(env: Mapping[str, str], name: str, default: timedelta) -> timedelta:
+    value = env.get(name)
+    if value is None or not value.strip():
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 86400:
+        raise _invalid(name, value, "a number of seconds, more than 0 and at most 86400")
+    return timedelta(seconds=seconds)
+
+
+def _origins(env: Mapping[str, str]) -> frozenset[str]:
+    # Imported here: the MCP bridge imports this module.
+    from mcp_bridge import origins
+
+    value = env.get(origins.ENV_VAR, "")
+    try:
+        return origins.parse(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _rate(env: Mapping[str, str], name: str, default: Rate | None) -> Rate | None:
+    value = env.get(name)
+    if value is None or not value.strip():
+        return default
+    if value.strip().lower() == "off":
+        return None
+    match = _RATE.match(value)
+    requests, seconds = (int(match[1]), int(match[2])) if match else (0, 0)
+    if not (requests >= 1 and 1 <= seconds <= 86400):
+        raise _invalid(name, value, "REQUESTS/SECONDS such as 6000/60 (seconds 1..86400), or off")
+    return Rate(requests, seconds)
+
+
+def _token(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    if not value:
+        return None
+    if len(value) < 16 or not value.isprintable() or value != value.strip():
+        # Not echoed: it is a secret.
+        raise ConfigError(f"{name} is not valid: expected at least 16 printable characters")
+    return value

