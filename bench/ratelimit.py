@@ -29,12 +29,13 @@ from harness import Result, Scenario
 
 sys.path.insert(0, str(harness.REPO))
 
-from db import accounts, embedded  # noqa: E402
-from kalends.auth import hash_key  # noqa: E402
+from db import accounts, embedded
+from kalends.auth import hash_key
 
 UNLIMITED = {"KALENDS_RATE_LIMIT": "off", "KALENDS_RATE_LIMIT_ANONYMOUS": "off"}
 # Charged on every request, never refused: the limiter's full cost, none of its effect.
-CHARGED = {"KALENDS_RATE_LIMIT": "999999999/60", "KALENDS_RATE_LIMIT_ANONYMOUS": "off"}
+CHARGED = {"KALENDS_RATE_LIMIT": harness.UNREFUSED_RATE_LIMIT,
+           "KALENDS_RATE_LIMIT_ANONYMOUS": "off"}
 
 
 async def _requests(url: str, api_key: str, args: object, label: str) -> list[Result]:

@@ -6,6 +6,7 @@ number of statements whatever its size.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,6 +14,8 @@ from typing import Any
 import asyncpg
 
 from kalends.errors import ApiError
+
+log = logging.getLogger("kalends.db")
 
 
 class Database:
@@ -106,4 +109,9 @@ async def _unavailable_on_connection_loss() -> AsyncIterator[None]:
         asyncpg.exceptions.CannotConnectNowError,
         asyncpg.exceptions.TooManyConnectionsError,
     ) as exc:
+        raise ApiError("service_unavailable", "The database is unreachable; retry.") from exc
+    except asyncpg.exceptions.InternalClientError as exc:
+        # What asyncpg raises on a connection whose server died mid-exchange ("cannot
+        # switch to state ..."); logged in full in case it ever means something else.
+        log.warning("database connection in a broken state", exc_info=True)
         raise ApiError("service_unavailable", "The database is unreachable; retry.") from exc

@@ -95,14 +95,14 @@ def _read_handles(path: Path) -> tuple[list[int], bool]:
 
 
 def _drop_dead_handles(pgdata: Path) -> None:
+    """Call under `_locked()`."""
     path = pgdata / _HANDLES
-    with _locked():
-        if not path.exists():
-            return
-        pids, whole = _read_handles(path)
-        alive = [pid for pid in pids if _pid_alive(pid)]
-        if alive != pids or not whole:
-            path.write_text(json.dumps(alive))
+    if not path.exists():
+        return
+    pids, whole = _read_handles(path)
+    alive = [pid for pid in pids if _pid_alive(pid)]
+    if alive != pids or not whole:
+        path.write_text(json.dumps(alive))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -118,7 +118,10 @@ def start(base: Path | None = None) -> tuple[str, Any]:
     base.mkdir(parents=True, exist_ok=True)
     pgdata = base / "pg"
     if pgdata.exists():
-        _drop_dead_handles(pgdata)
+        # What a crashed process left behind: its pid in the list, its zombie's lock.
+        with _locked():
+            _drop_dead_handles(pgdata)
+            _clear_dead_lock(pgdata)
     server = _library().get_server(pgdata, cleanup_mode="stop")
     return server.get_uri("postgres"), server
 
@@ -177,10 +180,37 @@ def _postmaster_alive(pgdata: Path) -> bool:
         return False
 
 
-def _orphans_left() -> bool:
-    """Backends of a killed postmaster, still attached to its shared memory;
-    PostgreSQL refuses to start until they are gone."""
-    return any(_pid_alive(child.pid) for child in _postgres_children())
+def _orphans_left(pgdata: Path) -> bool:
+    """Whether processes of a dead postmaster still run: every PostgreSQL process
+    works in its data directory, and while one is left it may still write there."""
+    for proc in psutil.process_iter(["cwd", "status"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.info["cwd"] == str(pgdata):
+                return True
+    return False
+
+
+def _clear_dead_lock(pgdata: Path) -> None:
+    """Remove a `postmaster.pid` left by a postmaster that is now a zombie no one
+    reaps. PostgreSQL (and the library) take any existing pid for a running
+    server and refuse to start; once none of its processes is left, nothing
+    guards that lock any more. Call under `_locked()`."""
+    lock = pgdata / "postmaster.pid"
+    try:
+        lines = lock.read_text().split("\n")
+        pid = int(lines[0])
+    except (OSError, ValueError):
+        return
+    if not psutil.pid_exists(pid) or _pid_alive(pid) or _orphans_left(pgdata):
+        return
+    log.warning("removing the lock files of a dead postmaster", extra={"pid": pid})
+    # The socket has a lock file of its own naming the same pid (postmaster.pid
+    # lines 4 and 5: port and socket directory).
+    with contextlib.suppress(IndexError, ValueError, OSError):
+        socket_lock = Path(lines[4].strip()) / f".s.PGSQL.{int(lines[3])}.lock"
+        if socket_lock.read_text().split("\n", 1)[0].strip() == str(pid):
+            socket_lock.unlink()
+    lock.unlink(missing_ok=True)
 
 
 class Keeper:
@@ -229,20 +259,25 @@ class Keeper:
                 return False
             restarted = not _postmaster_alive(self._pgdata)
             if restarted:
-                if _orphans_left():
+                if _orphans_left(self._pgdata):
                     return False
                 log.warning("embedded database stopped under the service; starting it again")
+                _clear_dead_lock(self._pgdata)
                 self._server.ensure_postgres_running()
+                if not _postmaster_alive(self._pgdata):
+                    raise RuntimeError("the embedded database did not start")
+                self._restarted()
             self._list_self()
-        if restarted:
-            self.restarts += 1
-            log.warning("embedded database running again", extra={"restarts": self.restarts})
-            if self._on_restart is not None:
-                try:
-                    self._on_restart()
-                except Exception:
-                    log.exception("embedded database restart hook failed")
         return restarted
+
+    def _restarted(self) -> None:
+        self.restarts += 1
+        log.warning("embedded database running again", extra={"restarts": self.restarts})
+        if self._on_restart is not None:
+            try:
+                self._on_restart()
+            except Exception:
+                log.exception("embedded database restart hook failed")
 
     def _listed(self) -> bool:
         # An unlocked read is a hint only: a miss is checked again under the lock.

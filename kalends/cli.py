@@ -80,6 +80,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     _defer_stop_signals()
     logs.configure()
+    if args.workers > 1 and not args.child:
+        _share_metrics()
     settings = _settings()
     with _database(keep=True) as dsn:
         if not args.child:
@@ -111,13 +113,19 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _supervise(args: argparse.Namespace, dsn: str) -> int:
-    """N single-process servers sharing the port through SO_REUSEPORT."""
-    # Each child writes its metrics here and any child's /metrics adds them all up.
-    # Fresh each start: files left by an earlier run would count again.
+def _share_metrics() -> None:
+    """With `--workers N` every process (this supervisor, which counts embedded
+    database restarts, and its children) writes its metrics to one directory, and
+    any child's /metrics adds them all up. Set before prometheus_client is first
+    imported; fresh each start, since files left by an earlier run would count again."""
     metrics_dir = tempfile.mkdtemp(prefix="kalends-metrics-")
     atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
-    env = {**os.environ, "DATABASE_URL": dsn, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+
+
+def _supervise(args: argparse.Namespace, dsn: str) -> int:
+    """N single-process servers sharing the port through SO_REUSEPORT."""
+    env = {**os.environ, "DATABASE_URL": dsn}
     command = [sys.executable, "-m", "kalends", "serve", "--host", args.host,
                "--port", str(args.port), "--child"]
     children = [subprocess.Popen(command, env=env) for _ in range(args.workers)]

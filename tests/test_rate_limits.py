@@ -27,6 +27,7 @@ from test_service_process import (  # the fixtures too: a service per test
     service_env,
     services,  # noqa: F401
     start,
+    wait_listening,
 )
 
 from kalends import config
@@ -214,6 +215,7 @@ def test_serve_with_workers_holds_the_limit(
 ) -> None:
     env = service_env(data_dir, KALENDS_RATE_LIMIT="8/3600")
     service = start(services, data_dir, tmp_path, "--workers", "2", env=env)
+    wait_listening(service, 2)
     admin = subprocess.run(
         [sys.executable, "-m", "kalends", "admin", "create-user", "--email", "rl@example.com"],
         cwd=ROOT, env=env, capture_output=True, timeout=60, check=True)

@@ -176,8 +176,8 @@ register(
                 "start_time goes with start_timezone and end_time with end_timezone; a zone "
                 "change never cascades. Moving the start without an end keeps the stored end; "
                 "a start at or after it is invalid_time_range (rescheduleEvent keeps the "
-                "duration instead). A cancelled event cannot be changed: reschedule it. Cancellation cannot be "
-                "set here: use cancelEvent."
+                "duration instead). A cancelled event cannot be changed: reschedule it. "
+                "Cancellation cannot be set here: use cancelEvent."
             ),
             idempotent=True,
         ),
