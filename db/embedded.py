@@ -94,6 +94,14 @@ def _read_handles(path: Path) -> tuple[list[int], bool]:
     return [pid for pid in pids if isinstance(pid, int)], True
 
 
+def forget_the_dead(pgdata: Path) -> None:
+    """What crashed processes left behind: their pids in the handle list, and a
+    zombie postmaster's lock files. Waits for the library's lock."""
+    with _locked():
+        _drop_dead_handles(pgdata)
+        _clear_dead_lock(pgdata)
+
+
 def _drop_dead_handles(pgdata: Path) -> None:
     """Call under `_locked()`."""
     path = pgdata / _HANDLES
@@ -118,10 +126,7 @@ def start(base: Path | None = None) -> tuple[str, Any]:
     base.mkdir(parents=True, exist_ok=True)
     pgdata = base / "pg"
     if pgdata.exists():
-        # What a crashed process left behind: its pid in the list, its zombie's lock.
-        with _locked():
-            _drop_dead_handles(pgdata)
-            _clear_dead_lock(pgdata)
+        forget_the_dead(pgdata)
     server = _library().get_server(pgdata, cleanup_mode="stop")
     return server.get_uri("postgres"), server
 

@@ -221,3 +221,50 @@ def test_a_server_stopped_by_another_process_is_started_again(
         assert time.monotonic() < deadline, scrape.decode()[-3000:]
         time.sleep(0.1)
     assert service.stop() == 0, service.stderr[-4000:]
+
+
+_HOLD_THE_LOCK = """
+import json, sys, time
+from pathlib import Path
+from db import embedded
+path = Path(sys.argv[1])
+with embedded._locked():
+    path.write_text("[" + sys.argv[2])  # caught mid-write
+    print("locked", flush=True)
+    time.sleep(1)
+    path.write_text(json.dumps([int(sys.argv[2]), int(sys.argv[3])]))
+"""
+# A pid above Linux's largest pid_max: never a live process.
+_NEVER_A_PID = 4_194_400
+
+
+def test_the_handle_list_is_swept_only_under_the_library_lock(tmp_path: Path) -> None:
+    from db import embedded
+
+    pgdata = tmp_path / "pg"
+    pgdata.mkdir()
+    handles = pgdata / ".handle_pids.json"
+    handles.write_text(json.dumps([os.getpid()]))
+    # Another process holds the lock while the list is half written, as the library does.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_THE_LOCK, str(handles), str(os.getpid()),
+         str(_NEVER_A_PID)], cwd=ROOT, stdout=subprocess.PIPE, env=_admin_env(tmp_path))
+    assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+    started = time.monotonic()
+    embedded.forget_the_dead(pgdata)
+    assert time.monotonic() - started > 0.5, "the sweep did not wait for the lock"
+    assert holder.wait(timeout=10) == 0
+    # It read the whole list: the live pid is kept, the dead one dropped.
+    assert json.loads(handles.read_text()) == [os.getpid()]
+
+
+def test_a_damaged_handle_list_keeps_the_pids_it_names(tmp_path: Path) -> None:
+    from db import embedded
+
+    pgdata = tmp_path / "pg"
+    pgdata.mkdir()
+    handles = pgdata / ".handle_pids.json"
+    # Cut short by a crash in the middle of a write: the live user must not be dropped.
+    handles.write_text(f"[{_NEVER_A_PID}, {os.getpid()}, ")
+    embedded.forget_the_dead(pgdata)
+    assert json.loads(handles.read_text()) == [os.getpid()]
