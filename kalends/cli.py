@@ -15,11 +15,12 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from db import embedded
+from db import backup, embedded
 from db.database import Database
 from db.migrate import migrate
 from kalends import accounts, config, logs
@@ -206,16 +207,35 @@ def _admin(action: Callable[[Database, argparse.Namespace], Awaitable[dict[str, 
             finally:
                 await db.close()
 
-        with _database() as dsn:
-            try:
-                result = asyncio.run(go(dsn))
-            except accounts.AdminError as exc:
-                sys.stderr.buffer.write(orjson.dumps({"error": str(exc)}) + b"\n")
-                return 1
-        _print(result)
-        return 0
+        return _operate(lambda dsn: asyncio.run(go(dsn)))
 
     return run
+
+
+def _operate(produce: Callable[[str], dict[str, Any]]) -> int:
+    """Run an admin command on the database: its result on stdout, or an operator's
+    mistake as one JSON object on stderr and exit status 1."""
+    with _database() as dsn:
+        try:
+            result = produce(dsn)
+        except accounts.AdminError as exc:
+            sys.stderr.buffer.write(orjson.dumps({"error": str(exc)}) + b"\n")
+            return 1
+    _print(result)
+    return 0
+
+
+def _backup(args: argparse.Namespace) -> int:
+    return _operate(lambda dsn: backup.dump(dsn, Path(args.to)))
+
+
+def _restore(args: argparse.Namespace) -> int:
+    def restore(dsn: str) -> dict[str, Any]:
+        result = backup.restore(dsn, Path(args.source))
+        asyncio.run(migrate(dsn))  # a backup from an older release is brought up to date
+        return result
+
+    return _operate(restore)
 
 
 def _print(obj: dict[str, Any]) -> None:
@@ -292,6 +312,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--role", required=True, choices=accounts.ROLES)
     p.set_defaults(func=_admin(
         lambda db, a: accounts.add_member(db, a.organization, a.email, a.role)))
+
+    p = asub.add_parser("backup", help="write the whole database to FILE (pg_dump)")
+    p.add_argument("--to", required=True, metavar="FILE")
+    p.set_defaults(func=_backup)
+
+    p = asub.add_parser("restore", help="replace the whole database with a backup, at once")
+    p.add_argument("--from", required=True, metavar="FILE", dest="source")
+    p.set_defaults(func=_restore)
 
     p = asub.add_parser("create-calendar")
     p.add_argument("--email", required=True)
