@@ -39,13 +39,32 @@ CHARGED = {"KALENDS_RATE_LIMIT": harness.UNREFUSED_RATE_LIMIT,
            "KALENDS_RATE_LIMIT_ANONYMOUS": "off"}
 
 
+PATHS = ("/v1/organizations", "/v1/profiles?limit=20", "/v1/events?limit=100")
+EVENTS = 100
+
+
+async def _seed(url: str, api_key: str) -> None:
+    """A profile with EVENTS events, for the events page."""
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with aiohttp.ClientSession(headers=headers) as session:
+        [profile] = await harness.seed(session, Scenario(
+            "POST /v1/profiles", lambda i: f"{url}/v1/profiles", method="POST", expected=201,
+            body_for=lambda i: {"platform_id": f"rl-{secrets.token_hex(4)}",
+                                "display_name": "Rate limit bench"}), 1, 1)
+        await harness.seed(session, Scenario(
+            "POST events", lambda i: f"{url}/v1/profiles/{profile['id']}/events", method="POST",
+            expected=201, body_for=lambda i: {
+                "title": f"Event {i}", "start_time": "2031-01-01T10:00:00Z",
+                "start_timezone": "UTC"}), EVENTS, 8)
+
+
 async def _requests(url: str, api_key: str, args: object, label: str) -> list[Result]:
     headers = {"Authorization": f"Bearer {api_key}"}
     concurrency = args.concurrency  # type: ignore[attr-defined]
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
         results = []
-        for path in ("/v1/organizations", "/v1/profiles?limit=20"):
+        for path in PATHS:
             scenario = Scenario(f"{label} GET {path}", lambda i, p=path: f"{url}{p}")
             results.append(await harness.measure(
                 session, scenario, args.warmup, args.requests, concurrency))  # type: ignore[attr-defined]
@@ -115,6 +134,7 @@ def main() -> int:
         user = services["off"].admin("create-user", "--email",
                                      f"bench-{secrets.token_hex(4)}@example.com")
         api_key = str(user["api_key"])
+        asyncio.run(_seed(services["off"].url, api_key))
         for round_ in range(args.rounds):
             for label, service in services.items():
                 results = asyncio.run(_requests(service.url, api_key, args, f"limiter {label}"))
@@ -130,7 +150,7 @@ def main() -> int:
             embedded.stop(server)
     print(f"\nPython {sys.version.split()[0]}, {os.cpu_count()} CPUs, concurrency "
           f"{args.concurrency}, {args.rounds} rounds A B, {args.requests} requests each")
-    for index, name in enumerate(("GET /v1/organizations", "GET /v1/profiles?limit=20")):
+    for index, name in enumerate(f"GET {path}" for path in PATHS):
         off_rps = statistics.median(r[index].rps for r in rounds["off"])
         on_rps = statistics.median(r[index].rps for r in rounds["on"])
         off_p50 = statistics.median(r[index].percentile(50) for r in rounds["off"])

@@ -27,13 +27,12 @@ from kalends import accounts, config, logs
 
 
 @contextmanager
-def _database(*, keep: bool = False) -> Iterator[str]:
-    """DATABASE_URL when set; else the embedded server, stopped on the way out
-    unless another process (a running `serve`) still holds it. `keep`: this
+def _database(url: str | None, *, keep: bool = False) -> Iterator[str]:
+    """`url` (DATABASE_URL) when set; else the embedded server, stopped on the way
+    out unless another process (a running `serve`) still holds it. `keep`: this
     process owns the server while it runs, and starts it again if it stops."""
-    dsn = os.environ.get("DATABASE_URL")
-    if dsn:
-        yield dsn
+    if url:
+        yield url
         return
     if keep:
         embedded.become_subreaper()
@@ -84,7 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and not args.child:
         _share_metrics()
     settings = _settings()
-    with _database(keep=True) as dsn:
+    with _database(settings.database_url, keep=True) as dsn:
         if not args.child:
             asyncio.run(migrate(dsn))
         if _stop_requested:
@@ -168,7 +167,7 @@ def _worker(args: argparse.Namespace) -> int:
     """Background jobs only: run as many as you like, on any machine."""
     logs.configure()
     settings = _settings()
-    with _database() as dsn:
+    with _database(settings.database_url) as dsn:
         asyncio.run(_run_worker(dsn, settings))
     return 0
 
@@ -190,7 +189,7 @@ async def _run_worker(dsn: str, settings: config.Settings) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    with _database() as dsn:
+    with _database(os.environ.get("DATABASE_URL")) as dsn:
         applied = asyncio.run(migrate(dsn))
     _print({"applied": applied})
     return 0
@@ -215,7 +214,7 @@ def _admin(action: Callable[[Database, argparse.Namespace], Awaitable[dict[str, 
 def _operate(produce: Callable[[str], dict[str, Any]]) -> int:
     """Run an admin command on the database: its result on stdout, or an operator's
     mistake as one JSON object on stderr and exit status 1."""
-    with _database() as dsn:
+    with _database(os.environ.get("DATABASE_URL")) as dsn:
         try:
             result = produce(dsn)
         except accounts.AdminError as exc:
