@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,6 +26,7 @@ import aiohttp
 import asyncpg
 import pytest
 from aiohttp import web
+from processes import Service, kill_postgres
 
 from db import embedded
 from db.database import Database
@@ -247,3 +249,32 @@ async def walk(api: Api, path: str, user: User | None, limit: int = 100) -> list
         if not page["has_more"]:
             return items
         cursor = page["next_cursor"]
+
+
+# ---------------------------------------------------------------------------
+# Processes: fixtures for tests that run `kalends serve` itself (helpers in processes.py).
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A fresh KALENDS_DATA_DIR outside /root; any postgres left on it is killed at the end."""
+    base = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir())).resolve()
+    assert base != Path("/root") and Path("/root") not in base.parents
+    base.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="kalends-svc-", dir=base)).resolve()
+    try:
+        yield path
+    finally:
+        kill_postgres(path / "pg")
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def services() -> Iterator[list[Service]]:
+    """Collects started services; kills any still running, even when the test failed."""
+    started: list[Service] = []
+    try:
+        yield started
+    finally:
+        for service in started:
+            service.cleanup()

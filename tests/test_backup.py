@@ -17,16 +17,14 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 import pytest
 from conftest import migrated_database
-from test_cli import email, no_object, one_object, run_admin
-from test_service_process import (  # the fixtures too: a service per test
+from processes import (
     ROOT,
     Service,
-    data_dir,  # noqa: F401
     request,
     service_env,
-    services,  # noqa: F401
     start,
 )
+from test_cli import email, no_object, one_object, run_admin
 
 BACKUP = {"backup", "bytes", "database"}
 RESTORE = {"restored", "previous", "database"}
@@ -114,7 +112,7 @@ def test_a_failed_backup_leaves_no_partial_file_and_keeps_the_old_one(
 
 
 def test_restore_under_a_running_service(
-    data_dir: Path, tmp_path: Path, services: list[Service]  # noqa: F811  (fixtures)
+    data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:
     service = start(services, data_dir, tmp_path)
 

