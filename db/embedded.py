@@ -32,6 +32,8 @@ import psutil  # type: ignore[import-untyped]  # a dependency of embedded-postgr
 
 log = logging.getLogger("kalends.embedded")
 _HANDLES = ".handle_pids.json"
+# At most this many keeper intervals between two attempts to start a failing server.
+_MAX_BACKOFF = 30
 
 
 def _default_data_dir() -> Path:
@@ -255,12 +257,17 @@ class Keeper:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        while not self._stopping.wait(self._interval):
+        failures = 0
+        # A failed start (orphans slow to exit, pg_ctl timing out) is tried again,
+        # less often while it keeps failing (a data directory gone, a full disk).
+        while not self._stopping.wait(self._interval * min(2**failures, _MAX_BACKOFF)):
             try:
                 self.check()
+                failures = 0
             except Exception:
-                # A failed start (orphans slow to exit, pg_ctl timing out) is tried again.
-                log.warning("embedded database not restarted yet; retrying", exc_info=True)
+                failures += 1
+                log.warning("embedded database not restarted yet; retrying",
+                            exc_info=True, extra={"failures": failures})
 
     def check(self) -> bool:
         """One round; True when it started the server again."""
