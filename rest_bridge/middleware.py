@@ -139,8 +139,15 @@ async def _authenticate(request: web.Request, *, defer_limit: bool) -> Viewer:
 
 async def _charge_address(request: web.Request) -> None:
     settings = request.app[SETTINGS]
-    decision = await ratelimit.charge_address(
-        request.app[SERVICES].db, request.remote, settings.anonymous_rate_limit)
+    try:
+        decision = await ratelimit.charge_address(
+            request.app[SERVICES].db, request.remote, settings.anonymous_rate_limit)
+    except ApiError as exc:
+        if exc.code != "service_unavailable":
+            raise
+        # Open while the database is away: what needs no database (the OpenAPI
+        # document, a 404) still answers.
+        return
     if decision is not None:
         request[RATE_LIMIT] = decision
         decision.enforce()

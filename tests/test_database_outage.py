@@ -39,6 +39,11 @@ async def test_outage_is_503_and_the_service_recovers() -> None:
                 assert int(headers["Retry-After"]) >= 1
                 assert "asyncpg" not in error["message"]
             assert (await get("/healthz"))[0] == 200  # the process itself is up
+            # What needs no database answers, though its rate limit cannot be counted.
+            async with http.get(live.url + "/openapi.json") as resp:
+                assert resp.status == 200
+            status, body, _ = await get("/v1/no-such-route")
+            assert_error(status, body, 404, "route_not_found")
 
             dsn_again, server = await asyncio.to_thread(embedded.start, data)
             assert dsn_again == dsn
