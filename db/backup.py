@@ -13,37 +13,48 @@ by restoring the wrong file.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import IO, Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from db import embedded
 from kalends.accounts import AdminError
 
 # Seconds a tool may take: generous, a backup of a large database is slow.
 _TIMEOUT = 3600
-# What the archive's objects are loaded into: the schema as PostgreSQL creates it.
-_EMPTY_PUBLIC = (
+# Opens the restore's transaction and empties the schema the archive is loaded
+# into, as PostgreSQL creates it. The transaction stays open for the script
+# that follows (a BEGIN in a multi-statement string starts a transaction block).
+_BEGIN_EMPTY_PUBLIC = (
+    "BEGIN;\n"
     "DROP SCHEMA public CASCADE;\n"
     "CREATE SCHEMA public AUTHORIZATION pg_database_owner;\n"
     "GRANT USAGE ON SCHEMA public TO PUBLIC;\n"
 )
+# What every Kalends database has (`db.migrate`): an archive without it is some
+# other database's, and restoring it would wipe this one for nothing.
+_KALENDS_TABLE = re.compile(r"^\d+; \d+ \d+ TABLE public schema_migrations ", re.MULTILINE)
 
 
 def dump(dsn: str, target: Path) -> dict[str, Any]:
     """Write the database to `target` (pg_dump's custom format)."""
     target = target.expanduser().absolute()
+    if target.is_dir():  # refused now rather than after a long dump
+        raise AdminError(f"{target} is a directory")
     try:
+        # mkstemp: readable by this user only, as a backup (key hashes, emails) should be.
         handle, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
                                            dir=target.parent)
     except OSError as exc:
         raise AdminError(f"cannot write to {target.parent}: {exc.strerror}") from None
     os.close(handle)
+    url, env = _client(dsn)
     try:
-        _run("pg_dump", "--format=custom", "--file", partial, "--dbname", dsn)
+        _run("pg_dump", "--format=custom", "--file", partial, "--dbname", url, env=env)
         _sync(Path(partial))
         os.replace(partial, target)
         _sync(target.parent)
@@ -59,34 +70,131 @@ def restore(dsn: str, source: Path) -> dict[str, Any]:
     source = source.expanduser().absolute()
     if not source.is_file():
         raise AdminError(f"{source} is not a file")
-    # Read the archive's table of contents first: a file that is not a pg_dump
-    # archive is refused before anything is touched.
-    _run("pg_restore", "--list", str(source), what=f"{source} is not a Kalends backup")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    previous = source.with_name(f"{source.name}.replaced-{stamp}")
+    # Read the archive's table of contents first: a file that is not a Kalends
+    # backup is refused before anything is touched.
+    contents = _run("pg_restore", "--list", str(source),
+                    what=f"{source} is not a Kalends backup")
+    if not _KALENDS_TABLE.search(contents):
+        raise AdminError(f"{source} is not a Kalends backup: it has no schema_migrations table")
+    previous = _aside(source)
     dump(dsn, previous)
-    script = _run("pg_restore", "--no-owner", "--no-privileges", "--file", "-", str(source),
-                  what=f"{source} cannot be read")
-    # psql -1: the schema's removal and the whole load in one transaction, and
-    # ON_ERROR_STOP turns any failure into a rollback.
-    _run("psql", "--no-psqlrc", "--quiet", "--single-transaction", "--set", "ON_ERROR_STOP=1",
-         "--command", _EMPTY_PUBLIC, "--file", "-", "--dbname", dsn, input=script)
+    _load(dsn, source)
     return {"restored": str(source), "previous": str(previous), "database": _name(dsn)}
 
 
-def _run(program: str, *args: str, what: str | None = None, input: str | None = None) -> str:
+def _aside(source: Path) -> Path:
+    """A new name beside `source` for what a restore replaces; never an earlier one's."""
+    stem = f"{source.name}.replaced-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    path, n = source.with_name(stem), 1
+    while path.exists():  # two restores within a second
+        n += 1
+        path = source.with_name(f"{stem}-{n}")
+    return path
+
+
+def _load(dsn: str, source: Path) -> None:
+    """pg_restore's SQL piped straight into psql, neither held in memory nor on disk.
+
+    psql opens the transaction and empties `public`; the script follows in the same
+    transaction. pg_restore --single-transaction writes its COMMIT last, only once
+    it has read the whole archive: if it stops short (a cut or damaged file), psql
+    reaches the end of its input with the transaction open, and the server rolls
+    it back when psql disconnects. ON_ERROR_STOP makes any failing statement do
+    the same. (pg_restore's own BEGIN only draws a warning.)"""
+    url, env = _client(dsn)
+    with tempfile.TemporaryFile() as read_errors, tempfile.TemporaryFile() as load_errors:
+        reader = subprocess.Popen(
+            [str(embedded.program("pg_restore")), "--single-transaction", "--no-owner",
+             "--no-privileges", "--file", "-", str(source)],
+            stdout=subprocess.PIPE, stderr=read_errors, env=env,
+        )
+        try:
+            loader = subprocess.Popen(
+                [str(embedded.program("psql")), "--no-psqlrc", "--quiet",
+                 "--set", "ON_ERROR_STOP=1", "--command", _BEGIN_EMPTY_PUBLIC,
+                 "--file", "-", "--dbname", url],
+                stdin=reader.stdout, stdout=subprocess.DEVNULL, stderr=load_errors, env=env,
+            )
+        except BaseException:
+            _end(reader)
+            raise
+        # psql alone holds the pipe now, so pg_restore learns when psql stops.
+        assert reader.stdout is not None
+        reader.stdout.close()
+        try:
+            loaded = loader.wait(timeout=_TIMEOUT)
+            read = reader.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AdminError(f"restoring {source} took too long (over {_TIMEOUT} s)") from None
+        finally:
+            # Also on an interruption (SIGTERM exits through here): killing psql
+            # mid-transaction rolls the transaction back.
+            _end(loader, reader)
+        # psql's error names the statement that failed; pg_restore then only
+        # saw its reader go away.
+        if loaded != 0:
+            raise AdminError(f"{source} cannot be restored: {_reason(load_errors, loaded)}")
+        if read != 0:
+            raise AdminError(f"{source} cannot be read: {_reason(read_errors, read)}")
+
+
+def _end(*procs: subprocess.Popen[bytes]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _run(program: str, *args: str, what: str | None = None,
+         env: dict[str, str] | None = None) -> str:
     try:
         done = subprocess.run(
-            [str(embedded.program(program)), *args], input=input, capture_output=True,
-            text=True, timeout=_TIMEOUT, check=False,
+            [str(embedded.program(program)), *args], capture_output=True, timeout=_TIMEOUT,
+            check=False, env=env,
         )
     except subprocess.TimeoutExpired:
         raise AdminError(f"{program} took longer than {_TIMEOUT} s") from None
     if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        reason = lines[-1] if lines else f"exit status {done.returncode}"
+        reason = _last_error(done.stderr.decode(errors="replace"), done.returncode)
         raise AdminError(f"{what}: {reason}" if what else f"{program} failed: {reason}")
-    return done.stdout
+    return done.stdout.decode(errors="replace")
+
+
+def _reason(stderr: IO[bytes], status: int) -> str:
+    stderr.seek(0)
+    return _last_error(stderr.read().decode(errors="replace"), status)
+
+
+def _last_error(stderr: str, status: int) -> str:
+    """The line that says what went wrong: the last error, not the DETAIL or
+    CONTEXT lines after it, nor a warning."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    failures = [line for line in lines if re.search(r"\b(ERROR|FATAL|error):", line)]
+    if failures or lines:
+        return (failures or lines)[-1]
+    return f"exit status {status}"
+
+
+def _client(dsn: str) -> tuple[str, dict[str, str]]:
+    """The DSN without its password, and an environment carrying it (PGPASSWORD):
+    every local user can read a command line (ps), only this user the environment."""
+    env = dict(os.environ)
+    parts = urlsplit(dsn)
+    if parts.scheme not in ("postgres", "postgresql"):
+        return dsn, env
+    netloc = parts.netloc
+    userinfo, at, hosts = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        user, password = userinfo.split(":", 1)
+        netloc = f"{user}@{hosts}"
+        if password:
+            env["PGPASSWORD"] = unquote(password)
+    query = parts.query
+    params = parse_qsl(query, keep_blank_values=True)
+    if any(key == "password" for key, _ in params):
+        env["PGPASSWORD"] = next(value for key, value in params if key == "password")
+        query = urlencode([(key, value) for key, value in params if key != "password"])
+    return urlunsplit(parts._replace(netloc=netloc, query=query)), env
 
 
 def _sync(path: Path) -> None:
@@ -99,4 +207,4 @@ def _sync(path: Path) -> None:
 
 
 def _name(dsn: str) -> str:
-    return urlsplit(dsn).path.lstrip("/") or "postgres"
+    return unquote(urlsplit(dsn).path.lstrip("/")) or "postgres"

@@ -1,11 +1,13 @@
 """`kalends admin backup --to FILE` and `restore --from FILE`, run as an operator would.
 
-Most tests use a fresh database of their own through DATABASE_URL; the last one is
-the default set-up: the embedded database, with `kalends serve` running on it.
+Most tests use a fresh database of their own through DATABASE_URL; the last two are
+the default set-up, the embedded database in a KALENDS_DATA_DIR: with each command
+starting and stopping it, and with `kalends serve` running on it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import subprocess
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import orjson
 import pytest
 from conftest import migrated_database
@@ -25,6 +28,10 @@ from processes import (
     start,
 )
 from test_cli import email, no_object, one_object, run_admin
+
+import db.migrate
+from db import backup, embedded
+from kalends.accounts import AdminError
 
 BACKUP = {"backup", "bytes", "database"}
 RESTORE = {"restored", "previous", "database"}
@@ -55,6 +62,46 @@ def _quiet(proc: subprocess.CompletedProcess[bytes], keys: set[str]) -> dict[str
     return result
 
 
+def _refused(proc: subprocess.CompletedProcess[bytes], *mentions: str) -> str:
+    """Failure: exit 1, nothing on stdout, one JSON object {"error": ...} on stderr."""
+    no_object(proc)
+    assert proc.returncode == 1 and proc.stdout == b"", proc.stdout
+    error = orjson.loads(proc.stderr)
+    assert set(error) == {"error"} and all(m in error["error"] for m in mentions), error
+    return str(error["error"])
+
+
+Contents = dict[str, tuple[int, str | None]]
+
+
+async def _contents(dsn: str) -> Contents:
+    """Every table of the database: its row count and a digest of all its rows."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        tables = await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
+        result: Contents = {}
+        for (table,) in tables:
+            row = await conn.fetchrow(
+                f"SELECT count(*), md5(string_agg(t::text, '|' ORDER BY t::text)) FROM {table} t")
+            result[table] = (row[0], row[1])
+        return result
+    finally:
+        await conn.close()
+
+
+def _everything(dsn: str) -> Contents:
+    return asyncio.run(_contents(dsn))
+
+
+async def _execute(dsn: str, sql: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
 def test_round_trip(dsn: str, tmp_path: Path) -> None:
     before = _user(dsn)
     target = tmp_path / "kalends.dump"
@@ -62,37 +109,50 @@ def test_round_trip(dsn: str, tmp_path: Path) -> None:
     assert made["backup"] == str(target) and made["bytes"] == target.stat().st_size > 0
     assert made["database"] == urlsplit(dsn).path.lstrip("/")
     assert [p.name for p in tmp_path.iterdir()] == ["kalends.dump"]  # nothing partial left
+    at_backup = _everything(dsn)
 
     after = _user(dsn)
+    changed = _everything(dsn)
     restored = _quiet(run_admin(dsn, "restore", "--from", str(target)), RESTORE)
     assert restored["restored"] == str(target)
-    assert _exists(dsn, before) and not _exists(dsn, after)
+    assert _everything(dsn) == at_backup  # every table, row for row
 
     # What the restore replaced was saved first, and brings the later user back.
     previous = Path(str(restored["previous"]))
     assert previous.parent == tmp_path and previous.name.startswith("kalends.dump.replaced-")
-    _quiet(run_admin(dsn, "restore", "--from", str(previous)), RESTORE)
+    again = _quiet(run_admin(dsn, "restore", "--from", str(previous)), RESTORE)
+    assert _everything(dsn) == changed
     assert _exists(dsn, before) and _exists(dsn, after)
+    # Each restore saves under a name of its own, even two within the same second.
+    assert again["previous"] != restored["previous"]
+    assert Path(str(restored["previous"])).exists() and Path(str(again["previous"])).exists()
 
 
 def test_what_is_not_a_backup_is_refused_and_changes_nothing(dsn: str, tmp_path: Path) -> None:
-    first, second = _user(dsn), _user(dsn)
+    _user(dsn)
+    # Enough data that the archive is mostly table data after its table of contents.
+    asyncio.run(_execute(dsn, "CREATE TABLE padding AS"
+                              " SELECT md5(g::text) AS noise FROM generate_series(1, 50000) g"))
     garbage = tmp_path / "notes.txt"
     garbage.write_text("not a backup\n")
     good = tmp_path / "good.dump"
     _quiet(run_admin(dsn, "backup", "--to", str(good)), BACKUP)
-    # A backup cut short (its table of contents whole, its data not): it fails while
-    # being read, before anything is replaced.
-    truncated = tmp_path / "truncated.dump"
-    truncated.write_bytes(good.read_bytes()[: good.stat().st_size * 3 // 4])
-    third = _user(dsn)
+    archive = good.read_bytes()
+    # Cut in its table of contents: refused before anything is done.
+    cut_early = tmp_path / "cut-early.dump"
+    cut_early.write_bytes(archive[:2000])
+    # Cut in its data: the table of contents reads fine, and the load fails halfway,
+    # after `public` was dropped and part of the archive loaded; all rolled back.
+    cut_late = tmp_path / "cut-late.dump"
+    cut_late.write_bytes(archive[: len(archive) // 2])
+    _user(dsn)
+    before = _everything(dsn)
 
-    for source in (garbage, truncated, tmp_path / "missing.dump", tmp_path):
-        proc = run_admin(dsn, "restore", "--from", str(source))
-        no_object(proc)
-        error = orjson.loads(proc.stderr)
-        assert set(error) == {"error"} and str(source) in error["error"], error
-        assert all(_exists(dsn, who) for who in (first, second, third))
+    for source in (garbage, cut_early, cut_late, tmp_path / "missing.dump", tmp_path):
+        error = _refused(run_admin(dsn, "restore", "--from", str(source)), str(source))
+        if source == cut_late:
+            assert "cannot be read: pg_restore: error:" in error, error
+        assert _everything(dsn) == before, source
 
 
 def test_a_failed_backup_leaves_no_partial_file_and_keeps_the_old_one(
@@ -109,6 +169,142 @@ def test_a_failed_backup_leaves_no_partial_file_and_keeps_the_old_one(
     assert target.read_bytes() == b"an earlier, good backup"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kalends.dump"]
     no_object(run_admin(dsn, "backup", "--to", str(tmp_path / "no" / "such" / "dir.dump")))
+
+
+def test_a_load_that_fails_midway_changes_nothing(dsn: str, tmp_path: Path) -> None:
+    # A schema of its own in the backup that still exists at restore time: the load
+    # stops at its CREATE SCHEMA, after `public` was already dropped and part reloaded.
+    asyncio.run(_execute(dsn, "CREATE SCHEMA extra; CREATE TABLE extra.notes (body text)"))
+    _user(dsn)
+    target = tmp_path / "kalends.dump"
+    _quiet(run_admin(dsn, "backup", "--to", str(target)), BACKUP)
+    _user(dsn)
+    before = _everything(dsn)
+
+    error = _refused(run_admin(dsn, "restore", "--from", str(target)), str(target))
+    assert 'schema "extra" already exists' in error, error
+    assert _everything(dsn) == before
+
+
+def test_a_backup_of_another_database_is_refused(
+    database_url: str, dsn: str, tmp_path: Path
+) -> None:
+    _user(dsn)
+    before = _everything(dsn)
+    with migrated_database(database_url, prefix="kalends_other") as other:
+        asyncio.run(_execute(other, "DROP TABLE schema_migrations"))
+        target = tmp_path / "other.dump"
+        _quiet(run_admin(other, "backup", "--to", str(target)), BACKUP)
+    _refused(run_admin(dsn, "restore", "--from", str(target)), "not a Kalends backup")
+    assert _everything(dsn) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["other.dump"]  # refused before saving
+
+
+def test_a_backup_from_an_older_release_is_migrated_on_restore(
+    database_url: str, dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    every = db.migrate._migrations()
+    monkeypatch.setattr(db.migrate, "_migrations", lambda: every[:-1])
+    with migrated_database(database_url, prefix="kalends_older") as older:
+        monkeypatch.undo()
+        target = tmp_path / "older.dump"
+        # `backup` applies no migration: the archive keeps the older schema.
+        _quiet(run_admin(older, "backup", "--to", str(target)), BACKUP)
+        assert _versions(older) == [version for version, _ in every[:-1]]
+
+    _quiet(run_admin(dsn, "restore", "--from", str(target)), RESTORE)
+    assert _versions(dsn) == [version for version, _ in every]
+    _user(dsn)  # and the service's commands work on it
+
+
+def _versions(dsn: str) -> list[str]:
+    async def fetch() -> list[str]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            rows = await conn.fetch("SELECT version FROM schema_migrations ORDER BY version")
+            return [row[0] for row in rows]
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
+
+
+def test_a_password_stays_off_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any local user can read a command line; the password goes in the environment."""
+    seen = tmp_path / "seen"
+    fake = tmp_path / "pg_dump"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" "PGPASSWORD=$PGPASSWORD" > {seen}\n'
+                    'echo "pg_dump: error: connection refused" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(embedded, "program", lambda name: tmp_path / name)
+    for dsn, password in (
+        ("postgresql://kalends:s%40cret@db.example:5433/kalends?sslmode=require", "s@cret"),
+        ("postgresql://kalends@db.example:5433/kalends?password=hunter2&sslmode=require",
+         "hunter2"),
+    ):
+        with pytest.raises(AdminError, match=r"^pg_dump failed: pg_dump: error: connection ref"):
+            backup.dump(dsn, tmp_path / "kalends.dump")
+        *args, env = seen.read_text().splitlines()
+        assert env == f"PGPASSWORD={password}"
+        assert "postgresql://kalends@db.example:5433/kalends?sslmode=require" in args, args
+        assert not any(password in arg or "cret" in arg for arg in args), args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pg_dump", "seen"]  # nothing partial
+
+
+def test_default_setup_round_trip(data_dir: Path, tmp_path: Path) -> None:
+    """No DATABASE_URL: each command starts the embedded database and stops it again."""
+
+    def admin(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "kalends", "admin", *args], cwd=ROOT,
+                              env=service_env(data_dir), capture_output=True, timeout=120,
+                              check=False)
+
+    def everything() -> Contents:
+        dsn, server = embedded.start(data_dir)
+        try:
+            return _everything(dsn)
+        finally:
+            embedded.stop(server)
+
+    alice, bob = email("alice"), email("bob")
+    _quiet(admin("create-user", "--email", alice, "--name", "Alice", "--timezone",
+                 "Europe/Paris"), USER)
+    _quiet(admin("create-user", "--email", bob), USER)
+    org = _quiet(admin("create-organization", "--name", "Choir", "--owner", alice),
+                 {"organization_id"})
+    _quiet(admin("add-member", "--organization", str(org["organization_id"]), "--email", bob,
+                 "--role", "member"), {"organization_id", "email", "role"})
+    _quiet(admin("create-calendar", "--email", alice, "--name", "Rehearsals"),
+           {"calendar_id"})
+    target = tmp_path / "kalends.dump"
+    made = _quiet(admin("backup", "--to", str(target)), BACKUP)
+    assert made == {"backup": str(target), "bytes": target.stat().st_size,
+                    "database": "postgres"}
+    assert target.stat().st_mode & 0o077 == 0  # the operator's alone
+    at_backup = everything()
+    assert at_backup["users"][0] == 2 and at_backup["calendars"][0] == 3
+
+    later = email("later")
+    _quiet(admin("create-user", "--email", later), USER)
+    _quiet(admin("create-calendar", "--email", alice, "--name", "Tours"),
+           {"calendar_id"})
+    changed = everything()
+    assert changed != at_backup
+
+    garbage = tmp_path / "garbage.dump"
+    garbage.write_bytes(b"PGDMP" + secrets.token_bytes(4000))  # pg_dump's magic, then noise
+    _refused(admin("restore", "--from", str(garbage)), str(garbage), "not a Kalends backup")
+    assert everything() == changed
+
+    restored = _quiet(admin("restore", "--from", str(target)), RESTORE)
+    assert restored["restored"] == str(target) and restored["database"] == "postgres"
+    assert everything() == at_backup  # the later user and calendar gone, all else as it was
+    _refused(admin("create-key", "--email", later), later)
+
+    _quiet(admin("restore", "--from", str(restored["previous"])), RESTORE)
+    assert everything() == changed
 
 
 def test_restore_under_a_running_service(
