@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NewType
 
 import strawberry
 
-
-def format_timestamp(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+from kalends.times import utc_text
 
 
 def _parse_timestamp(value: str) -> datetime:
@@ -23,7 +21,7 @@ SCALARS: dict[object, Any] = {
     Timestamp: strawberry.scalar(
         name="Timestamp",
         description="An instant, RFC 3339 in UTC with `Z` and whole seconds.",
-        serialize=format_timestamp,
+        serialize=utc_text,
         parse_value=_parse_timestamp,
     ),
 }

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Literal, NamedTuple
 from zoneinfo import ZoneInfo
 
@@ -302,7 +302,7 @@ def _timed(row: asyncpg.Record, t: times.EventTimes, w: Window
             end = start + length
             if not (start < w.end and end > w.start):
                 continue
-        stamp = start.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        stamp = times.compact_utc(start)
         slots.append(_Slot(start, f"{row['id']}:{stamp}", end, None, None, row))
     return slots, reason
 
@@ -332,7 +332,7 @@ def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
             continue
         # Floating: the same dates whatever the zone, their midnights in the agenda's.
         slots.append(_Slot(
-            times.local_midnight(day, w.tz), f"{row['id']}:{day.strftime('%Y%m%d')}",
+            times.local_midnight(day, w.tz), f"{row['id']}:{day.isoformat().replace('-', '')}",
             times.local_midnight(end_day, w.tz), day, end_day, row,
         ))
     return slots, reason

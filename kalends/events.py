@@ -18,8 +18,8 @@ from db.database import Database, Tx
 from kalends import ids, profiles, recurrence, sync, times
 from kalends.auth import Viewer
 from kalends.errors import ApiError, conflict, not_found
-from kalends.profiles import Description, Url
-from kalends.validation import Body, id_of
+from kalends.profiles import Description
+from kalends.validation import Body, Url, id_of
 
 RESERVED_SLUGS = frozenset({"history", "previous", "s"})
 EXPANDABLE = ("profile", "series", "rsvp_settings", "rsvp_stats")

@@ -13,7 +13,7 @@ from db.database import Database
 from kalends import ids, sync
 from kalends.auth import Viewer
 from kalends.errors import conflict, forbidden, not_found
-from kalends.validation import Body, id_of
+from kalends.validation import Body, Url, id_of
 
 PlatformId = Annotated[
     str,
@@ -22,17 +22,6 @@ PlatformId = Annotated[
 ]
 DisplayName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
 Description = Annotated[str, StringConstraints(max_length=5000)]
-# RFC 3986 characters only: no spaces, controls, quotes or angle brackets.
-_URI_CHARS = r"\-A-Za-z0-9._~%!$&'()*+,;=:@\[\]"
-Url = Annotated[
-    str,
-    StringConstraints(
-        max_length=2048, pattern=rf"^https?://[{_URI_CHARS}]+(?:[/?#][{_URI_CHARS}/?#]*)?$"
-    ),
-    Field(json_schema_extra={"format": "uri"}),
-]
-
-
 class ProfileUpdate(Body):
     # Optional but not nullable: a default of None marks "omitted", while an
     # explicit null is rejected by the non-null type.

@@ -11,6 +11,7 @@ a fold) and reports them in the contract's error details.
 
 from __future__ import annotations
 
+import calendar
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -97,10 +98,7 @@ def parse_date(value: str, *, param: str) -> date:
     """Exactly `YYYY-MM-DD`, and a day that exists."""
     match = _DATE_RE.fullmatch(value)
     if match is not None:
-        try:
-            return date(int(match[1]), int(match[2]), int(match[3]))
-        except ValueError:
-            pass
+        return _day(match[1], match[2], match[3], value, param)
     raise ApiError(
         "invalid_time_format", f"`{param}` must be a calendar date written YYYY-MM-DD.",
         param=param, details={"value": value, "expected_shapes": list(_DATE_SHAPES)},
@@ -459,9 +457,9 @@ def _timed(
     if range_param is not None and end is not None and end <= start:
         raise ApiError(
             "invalid_time_range",
-            f"The end ({_utc_text(end)}) must be after the start ({_utc_text(start)}).",
+            f"The end ({utc_text(end)}) must be after the start ({utc_text(start)}).",
             param=range_param,
-            details={"start": _utc_text(start), "end": _utc_text(end)},
+            details={"start": utc_text(start), "end": utc_text(end)},
         )
     return EventTimes(
         is_all_day=False, start_time=start, end_time=end, start_timezone=start_tz,
@@ -562,30 +560,53 @@ def _read_time(value: str, param: str) -> tuple[datetime, timedelta | None]:
     """The naive wall-clock time and the explicit offset (None if naive) of `value`."""
     match = _TIME_RE.fullmatch(value)
     if match is not None:
+        # The shape is right from here on: a wrong value is named as such.
+        day = _day(match["year"], match["month"], match["day"], value, param)
         fraction = (match["fraction"] or "")[:6].ljust(6, "0")
         try:
-            wall = datetime(
-                int(match["year"]), int(match["month"]), int(match["day"]),
-                int(match["hour"]), int(match["minute"]), int(match["second"] or 0),
-                int(fraction),
-            )
+            clock = time(int(match["hour"]), int(match["minute"]), int(match["second"] or 0),
+                         int(fraction))
         except ValueError:
-            pass
-        else:
-            if match["zulu"]:
-                return wall, timedelta(0)
-            if not match["sign"]:
-                return wall, None
-            hours, minutes = int(match["off_h"]), int(match["off_m"])
-            if hours <= 23 and minutes <= 59:
-                offset = timedelta(hours=hours, minutes=minutes)
-                return wall, -offset if match["sign"] == "-" else offset
+            raise _no_such(value, param, "a time of day that does not exist "
+                           "(hours 00-23, minutes and seconds 00-59)") from None
+        wall = datetime.combine(day, clock)
+        if match["zulu"]:
+            return wall, timedelta(0)
+        if not match["sign"]:
+            return wall, None
+        hours, minutes = int(match["off_h"]), int(match["off_m"])
+        if hours > 23 or minutes > 59:
+            raise _no_such(value, param, "an offset that does not exist (at most +23:59)")
+        offset = timedelta(hours=hours, minutes=minutes)
+        return wall, -offset if match["sign"] == "-" else offset
     raise ApiError(
         "invalid_time_format",
         f"`{param}` must be a date and time such as 2026-03-08T09:30 (optionally with "
         "seconds, a fraction and an offset).",
         param=param, details={"value": value, "expected_shapes": list(EXPECTED_SHAPES)},
     )
+
+
+def _day(year: str, month: str, day: str, value: str, param: str) -> date:
+    try:
+        return date(int(year), int(month), int(day))
+    except ValueError:
+        pass
+    if not 1 <= int(month) <= 12:
+        what = f"month {month}, which does not exist"
+    elif int(year) == 0:
+        what = "year 0000, which does not exist (years start at 0001)"
+    else:
+        last = calendar.monthrange(int(year), int(month))[1]
+        what = (f"day {day} of {calendar.month_name[int(month)]} {year}, which has "
+                f"{last} days")
+    raise _no_such(value, param, what)
+
+
+def _no_such(value: str, param: str, what: str) -> ApiError:
+    """A value of the right shape naming something that does not exist (2027-02-30)."""
+    return ApiError("invalid_field", f"`{param}` names {what}.", param=param,
+                    details={"value": value})
 
 
 def _instants(wall: datetime, tz: ZoneInfo) -> list[datetime]:
@@ -680,5 +701,12 @@ def _with_offset(instant: datetime, offset: timedelta) -> str:
     return wall.isoformat() + _show_offset(offset)
 
 
-def _utc_text(instant: datetime) -> str:
+def utc_text(instant: datetime) -> str:
+    """The contract's timestamp: RFC 3339 in UTC, `Z`, whole seconds, and always a
+    four-digit year (isoformat pads it; strftime's `%Y` does not on glibc)."""
     return instant.astimezone(UTC).replace(tzinfo=None, microsecond=0).isoformat() + "Z"
+
+
+def compact_utc(instant: datetime) -> str:
+    """`YYYYMMDDTHHMMSSZ` (RFC 5545's UTC form), the year padded as in `utc_text`."""
+    return utc_text(instant).replace("-", "").replace(":", "")

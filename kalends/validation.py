@@ -3,17 +3,23 @@ turns their errors into the contract's codes, whichever transport asked."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, TypeVar
 
+import rfc3986
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    StringConstraints,
     ValidationError,
     WithJsonSchema,
     field_validator,
 )
 from pydantic_core import PydanticCustomError
+from rfc3986 import exceptions as uri_errors
+from rfc3986 import validators as uri_validators
 
 from kalends import ids
 from kalends.errors import ApiError
@@ -56,6 +62,49 @@ def id_of(prefix: str) -> Any:
         BeforeValidator(_check),
         WithJsonSchema({"type": "string", "pattern": ids.pattern(prefix)}),
     ]
+
+
+# RFC 3986's grammar for an absolute http(s) URI with a host, as the documents
+# advertise it (JSON Schema `pattern`). rfc3986 then checks what a pattern
+# cannot: an IP literal's address, the port's range.
+_PCT = r"%[0-9A-Fa-f]{2}"
+_PCHAR = rf"(?:[-A-Za-z0-9._~!$&'()*+,;=:@]|{_PCT})"
+_USERINFO = rf"(?:(?:[-A-Za-z0-9._~!$&'()*+,;=:]|{_PCT})*@)?"
+_HOST = rf"(?:(?:[-A-Za-z0-9._~!$&'()*+,;=]|{_PCT})+|\[[0-9A-Fa-f:.]+\])"
+HTTP_URL_PATTERN = (
+    rf"^https?://{_USERINFO}{_HOST}(?::[0-9]{{1,5}})?(?:/{_PCHAR}*)*"
+    rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?$"
+)
+_HTTP_URL = re.compile(HTTP_URL_PATTERN, re.ASCII)
+_URI_CHECK = (
+    uri_validators.Validator()
+    .require_presence_of("scheme", "host")
+    .check_validity_of("scheme", "userinfo", "host", "port", "path", "query", "fragment")
+)
+
+
+def _http_url(value: str) -> str:
+    if _HTTP_URL.fullmatch(value):
+        try:
+            _URI_CHECK.validate(rfc3986.uri_reference(value))
+        except uri_errors.ValidationError:
+            pass
+        else:
+            return value
+    raise PydanticCustomError(
+        "invalid_url", "must be an absolute http or https URL with a host (RFC 3986)"
+    )
+
+
+_URL_MAX = 2048
+Url = Annotated[
+    str,
+    StringConstraints(max_length=_URL_MAX),
+    AfterValidator(_http_url),
+    WithJsonSchema({"type": "string", "format": "uri", "maxLength": _URL_MAX,
+                    "pattern": HTTP_URL_PATTERN}),
+]
+"""An absolute http(s) URL with a host, kept exactly as sent."""
 
 
 def validate(model: type[M], data: Any, *, location: Location = "body") -> M:

@@ -19,8 +19,39 @@ _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{8,255}$")
 
 
 def setup(app: web.Application) -> None:
+    paths = {op.path for op in OPERATIONS.values()}
     for op in OPERATIONS.values():
-        require_api_key(app, app.router.add_route(op.method, op.path, _handler(op), name=op.name))
+        path, handler = _route_path(op.path, paths), _handler(op)
+        require_api_key(app, app.router.add_route(op.method, path, handler, name=op.name))
+        if op.method == "GET":
+            # HEAD is GET without the body (RFC 9110); aiohttp leaves the body out.
+            require_api_key(app, app.router.add_route("HEAD", path, handler))
+
+
+def _route_path(path: str, paths: set[str]) -> str:
+    """`path` for aiohttp's router, its parameters unable to take a literal segment of
+    another route at the same place (`/rsvps/{rsvp_id}` never matches `/rsvps/stats`).
+
+    aiohttp tries routes in order and takes the first whose path and method fit, so
+    without this `PATCH .../rsvps/stats` would reach updateRsvp with the ID "stats"
+    (400 invalid_id) instead of getting the 405 that names the methods of `stats`.
+    """
+    segments = path.split("/")
+    out = []
+    for i, segment in enumerate(segments):
+        if segment.startswith("{"):
+            literals = sorted({
+                other.split("/")[i] for other in paths
+                if len(other.split("/")) > i
+                and other.split("/")[:i] == segments[:i]
+                and not other.split("/")[i].startswith("{")
+            })
+            if literals:
+                name = segment.strip("{}")
+                avoid = "|".join(re.escape(literal) for literal in literals)
+                segment = f"{{{name}:(?!(?:{avoid})(?:/|$))[^/]+}}"
+        out.append(segment)
+    return "/".join(out)
 
 
 def _handler(op: Operation) -> Any:

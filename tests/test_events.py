@@ -103,6 +103,24 @@ async def test_create_on_the_profile_path(api: Any, make_user: Any) -> None:
     assert status == 200 and fetched == event
 
 
+async def test_the_earliest_times_are_written_with_four_digit_years(api: Any,
+                                                                    make_user: Any) -> None:
+    # Paris kept local mean time (+00:09:21) then: 00:30 there is 00:20:39 UTC, in year 1.
+    owner, profile = await setup(api, make_user, is_private=True)
+    status, event, _ = await api.post(f"/v1/profiles/{profile['id']}/events", owner, json={
+        "title": "Year one", "start_time": "0001-01-01T00:30", "start_timezone": "Europe/Paris",
+        "end_time": "0001-01-01T01:30", "end_timezone": "Europe/Paris"})
+    assert status == 201, event
+    assert (event["start_time"], event["end_time"]) == (
+        "0001-01-01T00:20:39Z", "0001-01-01T01:20:39Z")
+    listed = [e for e in await walk(api, "/v1/events", owner) if e["id"] == event["id"]]
+    assert listed == [event]
+    # A time whose instant would fall before year 1 is refused, not written as year 0.
+    status, body, _ = await api.post(f"/v1/profiles/{profile['id']}/events", owner, json={
+        "title": "Too early", "start_time": "0001-01-01T00:00", "start_timezone": "Asia/Tokyo"})
+    assert_error(status, body, 400, "invalid_field", param="start_time")
+
+
 async def test_create_on_the_global_route(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     status, event, headers = await api.post(
@@ -260,7 +278,7 @@ async def test_local_time_in_a_dst_gap(api: Any, make_user: Any) -> None:
     assert await profile_event_ids(api, owner, profile["id"]) == []
 
 
-@pytest.mark.parametrize("value", ["2026-03-08 7pm", "08/03/2026 19:30", "2026-03-08", "2026-02-30T10:00", ""])
+@pytest.mark.parametrize("value", ["2026-03-08 7pm", "08/03/2026 19:30", "2026-03-08", ""])
 async def test_time_of_the_wrong_shape(api: Any, make_user: Any, value: str) -> None:
     owner, profile = await setup(api, make_user)
     status, body, _ = await api.post(
@@ -271,6 +289,23 @@ async def test_time_of_the_wrong_shape(api: Any, make_user: Any, value: str) -> 
     shapes = error["details"]["expected_shapes"]
     assert shapes and all(isinstance(s, str) for s in shapes)
     assert "YYYY-MM-DDTHH:MM" in shapes
+    assert await profile_event_ids(api, owner, profile["id"]) == []
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("start_time", "2027-02-30T10:00", "day 30 of February 2027, which has 28 days"),
+    ("end_time", "2027-04-31T10:00", "day 31 of April 2027, which has 30 days"),
+])
+async def test_a_day_that_does_not_exist(api: Any, make_user: Any, field: str, value: str,
+                                         named: str) -> None:
+    owner, profile = await setup(api, make_user)
+    status, body, _ = await api.post(
+        f"/v1/profiles/{profile['id']}/events", owner,
+        json={**TIMED, field: value, **({"end_timezone": NY} if field == "end_time" else {})},
+    )
+    error = assert_error(status, body, 400, "invalid_field", param=field)
+    assert error["details"] == {"value": value}
+    assert named in error["message"]
     assert await profile_event_ids(api, owner, profile["id"]) == []
 
 

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from conftest import assert_error, handle, new_profile
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
 
 from kalends import accounts
+from kalends.validation import HTTP_URL_PATTERN, Url
 
 MISSING = "prf_" + "0" * 32
 
@@ -160,6 +166,54 @@ async def test_bad_updates_change_nothing(
     status, error, _ = await api.patch(path, user, json=body)
     assert_error(status, error, 400, code, param=param)
     assert (await api.get(path, user))[1] == {k: v for k, v in profile.items() if k != "organization_id"}
+
+
+NOT_URLS = [
+    "http://[", "http://:@", "http://d5g)y]vQr#8j",  # each made urlsplit raise in clients
+    "http://", "http:///path", "https://@/", "http://[::1/", "http://[1::2::3]/",
+    "http://a.test:99999/", "http://a.test:port/", "http://a b.test/", "http://a.test/%zz",
+    "https://a.test/<script>", "https://a.test/p?q=[1]", "//a.test/x", "ftp://a.test/",
+    "javascript:alert(1)", "https://a.test/\u00e9",
+]
+
+
+@pytest.mark.parametrize("url", NOT_URLS)
+async def test_urls_are_checked_against_rfc_3986(api: Any, user: Any, url: str) -> None:
+    before = (await api.get("/v1/profiles", user))[1]["data"]
+    status, error, _ = await api.post("/v1/profiles", user, json={
+        "platform_id": handle(), "display_name": "Bad URL", "header_image_url": url})
+    error = assert_error(status, error, 400, "invalid_field", param="header_image_url")
+    assert error["details"] == {"value": url}
+    assert "RFC 3986" in error["message"]
+    assert (await api.get("/v1/profiles", user))[1]["data"] == before
+
+
+@pytest.mark.parametrize("url", [
+    "https://img.example/e.png", "http://127.0.0.1:8080/a/b;c?d=e&f=g#h",
+    "http://[::1]/x", "https://user:pw@a.test/%20x/(1)?q=a/b?c#/frag",
+])
+async def test_good_urls_are_kept_as_sent(api: Any, user: Any, url: str) -> None:
+    profile = await new_profile(api, user, profile_image_url=url)
+    assert profile["profile_image_url"] == url
+
+
+_ACCEPT = TypeAdapter(Url)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.from_regex(HTTP_URL_PATTERN, fullmatch=True),
+                 st.text(max_size=40).map(lambda tail: "http://" + tail)))
+def test_every_accepted_url_is_one_clients_can_split(url: str) -> None:
+    """Whatever is accepted has a host Python's own parser finds, and matches the
+    pattern the OpenAPI document advertises."""
+    try:
+        _ACCEPT.validate_python(url)
+    except ValidationError:
+        return
+    parts = urlsplit(url)
+    assert parts.scheme in ("http", "https") and parts.hostname
+    parts.port  # noqa: B018  (raises on a port out of range)
+    assert re.fullmatch(HTTP_URL_PATTERN, url, re.ASCII)
 
 
 async def test_delete_is_soft_idempotent_and_frees_the_handle(api: Any, user: Any) -> None:

@@ -28,7 +28,52 @@ async def test_unknown_route_and_wrong_method(api: Any, user: Any) -> None:
     assert_error(status, body, 404, "route_not_found")
     status, body, headers = await api.request("PUT", "/v1/profiles", user, json={})
     assert_error(status, body, 405, "method_not_allowed")
-    assert set(headers["Allow"].split(",")) == {"GET", "POST"}
+    assert set(headers["Allow"].split(",")) == {"GET", "HEAD", "POST"}
+
+
+def _example_path(path: str) -> str:
+    """`path` with each parameter replaced by a well-formed ID of its kind."""
+    def fill(match: re.Match[str]) -> str:
+        name = match[1]
+        prefix = {"profile_id": "prf", "event_id": "evt", "series_id": "ser", "rsvp_id": "rsv",
+                  "calendar_id": "cal", "subscription_id": "sub", "follow_id": "fol",
+                  "organization_id": "org"}.get(name, "xxx")
+        return f"{prefix}_{'0' * 32}"
+    return re.sub(r"\{(\w+)\}", fill, path)
+
+
+async def test_every_route_answers_405_for_a_method_it_lacks(api: Any, user: Any) -> None:
+    """A literal segment is never taken for an ID: PATCH /v1/events/{id}/rsvps/stats
+    is 405 (naming GET), not updateRsvp's 400 invalid_id for the ID "stats"."""
+    methods: dict[str, set[str]] = {}
+    for op in OPERATIONS.values():
+        methods.setdefault(op.path, set()).add(op.method)
+    assert "/v1/events/{event_id}/rsvps/stats" in methods
+    for path, allowed in methods.items():
+        allowed = allowed | ({"HEAD"} if "GET" in allowed else set())
+        for method in sorted({"GET", "POST", "PATCH", "PUT", "DELETE"} - allowed):
+            status, body, headers = await api.request(method, _example_path(path), user,
+                                                      json={})
+            assert_error(status, body, 405, "method_not_allowed")
+            assert set(headers["Allow"].split(",")) == allowed, (method, path)
+
+
+async def test_head_is_get_without_the_body(api: Any, user: Any) -> None:
+    profile = (await api.post("/v1/profiles", user, json={
+        "platform_id": f"head-{os_token()}", "display_name": "Head"}))[1]
+    for path in ("/v1/profiles", f"/v1/profiles/{profile['id']}", "/v1/profiles/" + BAD,
+                 f"/v1/profiles/{MISSING}"):
+        got, _, got_headers = await api.get(path, user)
+        async with api._session.head(api.base + path, headers=user.headers) as response:
+            assert response.status == got, path
+            assert await response.read() == b""
+            assert response.headers["Content-Type"] == got_headers["Content-Type"]
+            assert "RateLimit" in response.headers
+    status, _, _ = await api.request("HEAD", "/v1/profiles")
+    assert status == 401
+
+
+MISSING = "prf_" + "0" * 32
 
 
 async def test_authentication_failures(live_server: Any, api: Any, user: Any) -> None:

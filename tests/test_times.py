@@ -4,6 +4,7 @@ reschedule rules for event times. Pure unit tests: no database, no server."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -13,10 +14,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from graph.scalars import SCALARS, Timestamp
 from kalends.errors import ApiError
 from kalends.times import (
     EXPECTED_SHAPES,
     EventTimes,
+    compact_utc,
     local_midnight,
     parse_date,
     parse_time,
@@ -29,6 +32,9 @@ from kalends.times import (
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
 SYDNEY = ZoneInfo("Australia/Sydney")
+
+# What the GraphQL layer (and so REST and MCP) writes for an instant.
+Timestamp_serialize = SCALARS[Timestamp].serialize
 
 
 def utc(
@@ -157,26 +163,40 @@ def test_more_accepted_variants(text: str, tz: ZoneInfo, expected: datetime) -> 
         "\uff12\uff10\uff12\uff16-07-14T09:30",  # full-width digits
         "2026-07-14T\u0660\u0669:30",  # Arabic-Indic digits
         "tomorrow at noon",
-        # Right shape, impossible fields.
-        "2026-13-01T09:30",
-        "2026-00-10T09:30",
-        "2026-02-30T09:30",
-        "2025-02-29T09:30",
-        "2026-07-00T09:30",
-        "0000-01-01T00:00",
-        "2026-07-14T24:00",
-        "2026-07-14T25:00",
-        "2026-07-14T09:60",
-        "2026-07-14T09:30:60",  # no leap seconds
-        "2026-07-14T09:30+24:00",
-        "2026-07-14T09:30+02:60",
-        "2026-07-14T09:30-9999",
     ],
 )
 def test_rejected_shape(text: str) -> None:
     exc = raises("invalid_time_format", parse_time, text, BERLIN, param="end_time")
     assert exc.param == "end_time"
     assert details(exc) == {"value": text, "expected_shapes": list(EXPECTED_SHAPES)}
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        # The right shape, naming a day, time or offset that does not exist: the
+        # error says which, rather than listing shapes the value already has.
+        ("2026-13-01T09:30", "month 13"),
+        ("2026-00-10T09:30", "month 00"),
+        ("2027-02-30T09:30", "day 30 of February 2027, which has 28 days"),
+        ("2025-02-29T09:30", "day 29 of February 2025, which has 28 days"),
+        ("2026-07-00T09:30", "day 00 of July 2026, which has 31 days"),
+        ("0000-01-01T00:00", "year 0000"),
+        ("2026-07-14T24:00", "time of day"),
+        ("2026-07-14T25:00", "time of day"),
+        ("2026-07-14T09:60", "time of day"),
+        ("2026-07-14T09:30:60", "time of day"),  # no leap seconds
+        ("2026-07-14T09:30+24:00", "offset"),
+        ("2026-07-14T09:30+02:60", "offset"),
+        ("2026-07-14T09:30-9999", "offset"),
+    ],
+)
+def test_right_shape_naming_what_does_not_exist(text: str, named: str) -> None:
+    exc = raises("invalid_field", parse_time, text, BERLIN, param="end_time")
+    assert exc.param == "end_time"
+    assert details(exc) == {"value": text}
+    assert exc.message.startswith("`end_time` names ") and named in exc.message
+    assert "such as" not in exc.message
 
 
 def test_instant_outside_datetime_range_is_invalid_field() -> None:
@@ -206,13 +226,25 @@ def test_parse_date_accepts(text: str, expected: date) -> None:
 @pytest.mark.parametrize(
     "text",
     ["", "2026-7-14", "2026-07-4", "20260714", "2026-07-14T00:00", "2026-07-14 ", " 2026-07-14",
-     "2026-07-14\n", "2026/07/14", "14-07-2026", "2026-02-30", "2025-02-29", "2026-13-01",
-     "2026-00-01", "0000-01-01", "\uff12\uff10\uff12\uff16-07-14", "2026-W28-2", "2026-195"],
+     "2026-07-14\n", "2026/07/14", "14-07-2026", "\uff12\uff10\uff12\uff16-07-14",
+     "2026-W28-2", "2026-195"],
 )
 def test_parse_date_rejects(text: str) -> None:
     exc = raises("invalid_time_format", parse_date, text, param="end_date")
     assert exc.param == "end_date"
     assert details(exc) == {"value": text, "expected_shapes": ["YYYY-MM-DD"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [("2026-02-30", "day 30 of February 2026"), ("2025-02-29", "day 29 of February 2025"),
+     ("2026-13-01", "month 13"), ("2026-00-01", "month 00"), ("0000-01-01", "year 0000")],
+)
+def test_parse_date_names_a_day_that_does_not_exist(text: str, named: str) -> None:
+    exc = raises("invalid_field", parse_date, text, param="end_date")
+    assert exc.param == "end_date"
+    assert details(exc) == {"value": text}
+    assert named in exc.message
 
 
 @pytest.mark.parametrize(
@@ -488,7 +520,7 @@ def test_create_all_day_midnight_in_gap() -> None:
         ({**ALL_DAY_BERLIN, "end_timezone": "nowhere"}, "invalid_timezone", "end_timezone"),
         ({**ALL_DAY_BERLIN, "start_date": "2026-07-14T00:00"}, "invalid_time_format",
          "start_date"),
-        ({**ALL_DAY_BERLIN, "end_date": "2026-02-30"}, "invalid_time_format", "end_date"),
+        ({**ALL_DAY_BERLIN, "end_date": "2026-02-30"}, "invalid_field", "end_date"),
         # Zones are judged before the dates that depend on them.
         ({**ALL_DAY_BERLIN, "start_timezone": "Nowhere", "start_date": "bad"},
          "invalid_timezone", "start_timezone"),
@@ -1187,3 +1219,39 @@ def test_property_wrong_offset_is_a_mismatch(
     assert shown["expected_offset"] == _offset_text(valid[0])
     assert _offset_text(real) in shown["valid_offsets"]
     assert len(shown["valid_offsets"]) == len(set(valid))
+
+
+# ---------------------------------------------------------------------------
+# The wire format of instants, over the whole accepted range
+
+_RFC3339_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", re.ASCII)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    wall=st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),
+    name=st.sampled_from(sorted(available_timezones() - {"localtime", "posixrules", "Factory"})),
+)
+def test_every_accepted_time_is_written_as_rfc3339(wall: datetime, name: str) -> None:
+    """Whatever time the API accepts, the instant it answers with is RFC 3339 with a
+    four-digit year (year 1 in Paris is 0001-01-01T00:20:39Z, not 1-01-01T...), and
+    reads back as the same instant."""
+    text = wall.isoformat(timespec="seconds")
+    try:
+        instant = parse_time(text, ZoneInfo(name), param="start_time")
+    except ApiError as exc:  # refused: only a gap, or an instant outside years 1-9999
+        assert exc.code in ("nonexistent_local_time", "invalid_field")
+        return
+    written = Timestamp_serialize(instant)
+    assert _RFC3339_UTC.fullmatch(written), written
+    assert datetime.fromisoformat(written) == instant.replace(microsecond=0)
+
+
+def test_the_earliest_and_latest_instants() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    assert Timestamp_serialize(parse_time("0001-01-01T00:30", paris, param="p")) == (
+        "0001-01-01T00:20:39Z")
+    assert Timestamp_serialize(datetime(1, 1, 1, tzinfo=UTC)) == "0001-01-01T00:00:00Z"
+    assert Timestamp_serialize(datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)) == (
+        "9999-12-31T23:59:59Z")
+    assert compact_utc(datetime(12, 3, 4, 5, 6, 7, tzinfo=UTC)) == "00120304T050607Z"
