@@ -14,14 +14,17 @@ from kalends import registry
 from kalends.config import Settings
 from mcp_bridge import routes
 from mcp_bridge.tools import build_catalogue
-from rest_bridge.middleware import require_api_key
+from rest_bridge.middleware import ERROR_BODIES, require_api_key
 
 
 def setup(app: web.Application, settings: Settings) -> None:
     app[routes.CATALOGUE] = build_catalogue(registry.OPERATIONS)
     app[routes.ALLOWED_ORIGINS] = settings.mcp_allowed_origins
     # "*" so that GET and DELETE reach the handler and get the transport's 405.
-    app.router.add_route("*", "/mcp", routes.oauth)
+    oauth = app.router.add_route("*", routes.OAUTH_PATH, routes.oauth)
     # A tool call past the rate limit is an isError result (tools.call), not a 429.
-    require_api_key(app, app.router.add_route("*", "/mcp-developer", routes.developer),
-                    defer_limit=True)
+    developer = app.router.add_route("*", "/mcp-developer", routes.developer)
+    require_api_key(app, developer, defer_limit=True)
+    app.setdefault(ERROR_BODIES, {}).update({oauth: routes.error_body,
+                                             developer: routes.error_body})
+    app.router.add_get(routes.RESOURCE_METADATA_PATH, routes.resource_metadata)

@@ -1,9 +1,10 @@
 """The two Streamable HTTP endpoints: POST in, one JSON response out.
 
 Answers are always `application/json`, never SSE: no method here streams.
-HTTP-level refusals (401, 403 consumer_not_claimed, 405, 413, 415) carry the
-API's error envelope like every other route; the Origin refusal and anything
-that reached JSON-RPC are answered in JSON-RPC.
+Every answer is JSON-RPC, HTTP-level refusals (401, 403 consumer_not_claimed,
+405, 413, 415, 429, 503) included: MCP clients show a JSON-RPC error's message,
+and only a generic "error response" for any other body. The API's envelope
+rides along as the error's `data`.
 """
 
 from __future__ import annotations
@@ -45,20 +46,53 @@ async def oauth(request: web.Request) -> web.StreamResponse:
     refusal = _refusal(request)
     if refusal is not None:
         return refusal
-    response = error_response(
-        ApiError(
-            "not_authenticated",
-            "POST /mcp takes OAuth access tokens, which this deployment does not issue yet; "
-            "use POST /mcp-developer with an API key.",
-        ),
-        request[REQUEST_ID],
+    raise ApiError(
+        "not_authenticated",
+        "POST /mcp takes OAuth access tokens, which this deployment does not issue yet; "
+        "use POST /mcp-developer with an API key.",
     )
+
+
+async def resource_metadata(request: web.Request) -> web.Response:
+    """RFC 9728 Protected Resource Metadata for /mcp. It names no authorization
+    server yet: none issues tokens for /mcp, and a client should learn that here
+    rather than from a 404."""
+    return json_response({
+        "resource": str(request.url.origin().join(URL(OAUTH_PATH))),
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Kalends MCP",
+    })
+
+
+def resource_metadata_url(request: web.Request) -> str:
     # authorization.mdx: the 401 names the Protected Resource Metadata document,
     # at its RFC 9728 path-suffixed well-known URI.
-    well_known = URL("/.well-known/oauth-protected-resource" + request.path)
-    document = request.url.origin().join(well_known)
-    response.headers["WWW-Authenticate"] = f'Bearer realm="kalends", resource_metadata="{document}"'
+    return str(request.url.origin().join(URL(RESOURCE_METADATA_PATH)))
+
+
+OAUTH_PATH = "/mcp"
+RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource" + OAUTH_PATH
+
+
+def error_body(request: web.Request, error: ApiError) -> web.Response:
+    """An HTTP-level refusal as a JSON-RPC error (id null: the request was not read),
+    its status and headers those of the API's error response."""
+    envelope = error_response(error, request.get(REQUEST_ID))
+    code = _SERVER_ERROR if error.status >= 500 else (
+        _NOT_AUTHORIZED if error.status in (401, 403) else jsonrpc.INVALID_REQUEST)
+    refused = RpcError(code, error.message, error.envelope(request.get(REQUEST_ID))["error"])
+    response = json_response(jsonrpc.error(None, refused), error.status)
+    response.headers.update({k: v for k, v in envelope.headers.items()
+                             if k in ("WWW-Authenticate", "Retry-After")})
+    if error.status == 401 and request.path == OAUTH_PATH:
+        response.headers["WWW-Authenticate"] = (
+            f'Bearer realm="kalends", resource_metadata="{resource_metadata_url(request)}"')
     return response
+
+
+# JSON-RPC leaves -32000 to -32099 to implementations.
+_NOT_AUTHORIZED = -32001
+_SERVER_ERROR = -32603
 
 
 def _refusal(request: web.Request) -> web.Response | None:
@@ -68,8 +102,8 @@ def _refusal(request: web.Request) -> web.Response | None:
         return json_response(jsonrpc.error(None, forbidden), 403)
     if request.method != "POST":
         # No GET stream and no sessions to DELETE (streamable-http.mdx, earlier revisions).
-        refused = ApiError("method_not_allowed", f"{request.path} accepts only POST.")
-        response = error_response(refused, request[REQUEST_ID])
+        response = error_body(
+            request, ApiError("method_not_allowed", f"{request.path} accepts only POST."))
         response.headers["Allow"] = "POST"
         return response
     return None

@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from kalends.ratelimit import Decision
     from kalends.registry import Operation
 
-# Few round trips for a client, yet today's catalogue spans two pages, so clients
-# (and our tests) that ignore nextCursor fail now rather than when the API grows.
-PAGE_SIZE = 20
+# The whole catalogue in one page: agent hosts commonly call tools/list once and
+# ignore nextCursor (the official SDK's list_tools() returns one page), and would
+# never see the tools past the first page. Cursors still work past this size.
+PAGE_SIZE = 500
 
 _log = logging.getLogger("kalends.mcp")
 
@@ -35,19 +36,21 @@ class Catalogue:
     tools: tuple[dict[str, Any], ...]
     cursors: tuple[str, ...]
     """cursors[n] resumes the listing at page n + 1."""
+    page_size: int
 
 
-def build_catalogue(operations: Mapping[str, Operation]) -> Catalogue:
+def build_catalogue(operations: Mapping[str, Operation], page_size: int = PAGE_SIZE
+                    ) -> Catalogue:
     tools = tuple(_tool(op) for op in operations.values())
     # Cursors name the exact catalogue they page through, so one kept across a
     # deploy that changed the tools is refused rather than skipping or repeating.
     stamp = hashlib.sha256(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-    later_pages = range(1, -(-len(tools) // PAGE_SIZE))
+    later_pages = range(1, -(-len(tools) // page_size))
     cursors = tuple(
         base64.urlsafe_b64encode(f"{stamp}:{page}".encode()).decode().rstrip("=")
         for page in later_pages
     )
-    return Catalogue(tools, cursors)
+    return Catalogue(tools, cursors, page_size)
 
 
 def _tool(op: Operation) -> dict[str, Any]:
@@ -90,8 +93,9 @@ def list_page(catalogue: Catalogue, params: Mapping[str, Any]) -> dict[str, Any]
                 "or list again from the start.",
             )
         page = catalogue.cursors.index(cursor) + 1
-    start = page * PAGE_SIZE
-    result: dict[str, Any] = {"tools": list(catalogue.tools[start : start + PAGE_SIZE])}
+    start = page * catalogue.page_size
+    result: dict[str, Any] = {
+        "tools": list(catalogue.tools[start : start + catalogue.page_size])}
     if page < len(catalogue.cursors):
         result["nextCursor"] = catalogue.cursors[page]
     return result

@@ -30,6 +30,10 @@ _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+ErrorBody = Callable[[web.Request, ApiError], web.Response]
+ERROR_BODIES = web.AppKey("error_bodies", dict[web.AbstractRoute, ErrorBody])
+"""Routes whose errors take another form than the envelope (MCP: JSON-RPC errors)."""
+
 API_KEY_ROUTES = web.AppKey("api_key_routes", dict[web.AbstractRoute, bool])
 """Routes that take an API key, each with whether it defers the limit to its handler."""
 # Probes and scrapes come from infrastructure and must answer even under a flood.
@@ -76,21 +80,25 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
 async def error_envelopes(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Turn every failure into the contract's envelope; never leak internals."""
     request_id = request.get(REQUEST_ID)
+    respond = request.app.get(ERROR_BODIES, {}).get(request.match_info.route)
+    if respond is None:
+        def respond(_: web.Request, error: ApiError) -> web.Response:
+            return error_response(error, request_id)
     try:
         return await handler(request)
     except ApiError as exc:
-        return error_response(exc, request_id)
+        return respond(request, exc)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         error = _from_http(exc)
-        response = error_response(error, request_id)
+        response = respond(request, error)
         if exc.status == 405 and "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
     except Exception:
         log.exception("unhandled error", extra={"request_id": request_id})
-        return error_response(internal_error(), request_id)
+        return respond(request, internal_error())
 
 
 def _from_http(exc: web.HTTPException) -> ApiError:

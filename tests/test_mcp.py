@@ -9,7 +9,6 @@ from typing import Any
 import httpx2
 import orjson
 import pytest
-from conftest import assert_error
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -17,11 +16,14 @@ from mcp.types import CallToolResult, TextContent
 
 from kalends import accounts
 from kalends.registry import OPERATIONS
-from mcp_bridge.tools import PAGE_SIZE
+from mcp_bridge.jsonrpc import RpcError
+from mcp_bridge.tools import build_catalogue, list_page
 
 MODERN = "2026-07-28"
 MISSING_PROFILE = "prf_" + "0" * 32
 ENVELOPE_KEYS = {"type", "code", "message", "param", "request_id", "details"}
+# The whole tool catalogue, as JSON: it sits in an agent's context.
+MAX_CATALOGUE_BYTES = 100_000
 
 
 def _meta(version: str = MODERN) -> dict[str, Any]:
@@ -70,6 +72,18 @@ def _assert_rpc_error(status: int, body: Any, expected_status: int, code: int) -
     return body["error"]  # type: ignore[no-any-return]
 
 
+def _assert_http_refusal(status: int, body: Any, expected_status: int, code: str,
+                         rpc_code: int) -> dict[str, Any]:
+    """An HTTP-level refusal on an MCP route: a JSON-RPC error (id null) whose message
+    is readable and whose data is the API's error envelope."""
+    error = _assert_rpc_error(status, body, expected_status, rpc_code)
+    assert body["id"] is None
+    data = error["data"]
+    assert data["code"] == code and data["message"] == error["message"]
+    assert set(data) <= ENVELOPE_KEYS and data["request_id"]
+    return error
+
+
 def _text(result: CallToolResult) -> str:
     """The one text block a Kalends tool result carries."""
     [block] = result.content
@@ -103,15 +117,10 @@ async def test_official_sdk_lists_and_calls_tools(
         assert client.protocol_version == version
         assert client.server_info is not None and client.server_info.name == "kalends"
 
-        names: list[str] = []
-        cursor: str | None = None
-        while True:
-            page = await client.list_tools(cursor=cursor)
-            names += [tool.name for tool in page.tools]
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        assert names == list(OPERATIONS)
+        # One call, as agent hosts make it: the whole catalogue, no cursor to follow.
+        listed = await client.list_tools()
+        assert [tool.name for tool in listed.tools] == list(OPERATIONS)
+        assert listed.next_cursor is None
 
         orgs = await client.call_tool("listOrganizations", {})
         assert orgs.is_error is False
@@ -181,42 +190,53 @@ async def test_tools_mirror_the_registry(api: Any, user: Any) -> None:
 
 
 @pytest.mark.parametrize("modern", [True, False])
-async def test_tools_list_pages_with_opaque_cursors(api: Any, user: Any, modern: bool) -> None:
+async def test_tools_list_is_one_page(api: Any, user: Any, modern: bool) -> None:
     pages = await _list_pages(api, user, modern=modern)
-    assert len(OPERATIONS) > PAGE_SIZE, "the catalogue must span several pages"
-    assert len(pages) == -(-len(OPERATIONS) // PAGE_SIZE) >= 2
-    assert [t["name"] for page in pages for t in page["tools"]] == list(OPERATIONS)
-    for page in pages:
-        assert len(page["tools"]) <= PAGE_SIZE
-        if modern:
-            assert page["resultType"] == "complete"
-            assert page["ttlMs"] >= 0 and page["cacheScope"] == "public"
-            assert page["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "kalends"
-        else:
-            assert {"resultType", "ttlMs", "cacheScope"}.isdisjoint(page)
+    assert len(pages) == 1 and "nextCursor" not in pages[0]
+    assert [t["name"] for t in pages[0]["tools"]] == list(OPERATIONS)
+    # What an agent host holds in its context for the whole catalogue.
+    size = len(orjson.dumps(pages[0]["tools"]))
+    assert size < MAX_CATALOGUE_BYTES, size
+    page = pages[0]
+    if modern:
+        assert page["resultType"] == "complete"
+        assert page["ttlMs"] >= 0 and page["cacheScope"] == "public"
+        assert page["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "kalends"
+    else:
+        assert {"resultType", "ttlMs", "cacheScope"}.isdisjoint(page)
 
 
-async def test_invalid_cursors_are_invalid_params(api: Any, user: Any) -> None:
-    status, body = await _rpc(api, user, _modern("tools/list"))
-    cursor = body["result"]["nextCursor"]
+def test_cursors_page_a_catalogue_larger_than_a_page() -> None:
+    catalogue = build_catalogue(OPERATIONS, page_size=20)
+    names: list[str] = []
+    params: dict[str, Any] = {}
+    while True:
+        page = list_page(catalogue, params)
+        assert len(page["tools"]) <= 20
+        names += [t["name"] for t in page["tools"]]
+        if "nextCursor" not in page:
+            break
+        params = {"cursor": page["nextCursor"]}
+    assert names == list(OPERATIONS) and len(catalogue.cursors) >= 2
+
+    cursor = catalogue.cursors[0]
     # White-box forgeries of the cursor's "stamp:page": only issued cursors are accepted.
     stamp, _, _ = base64.urlsafe_b64decode(cursor + "==").decode().partition(":")
 
     def forge(text: str) -> str:
         return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
-    for bad in [
-        "",
-        "garbage!",
-        cursor[:-2],
-        cursor + "=",
-        forge(f"{stamp}:0"),
-        forge(f"{stamp}:01"),
-        forge(f"{stamp}:100000"),
-        forge("0123456789abcdef:1"),
-        42,
-        [cursor],
-    ]:
+    for bad in ["", "garbage!", cursor[:-2], cursor + "=", forge(f"{stamp}:0"),
+                forge(f"{stamp}:01"), forge(f"{stamp}:100000"), forge("0123456789abcdef:1"),
+                42, [cursor]]:
+        with pytest.raises(RpcError) as raised:
+            list_page(catalogue, {"cursor": bad})
+        assert raised.value.code == -32602
+
+
+async def test_invalid_cursors_are_invalid_params(api: Any, user: Any) -> None:
+    cursor = build_catalogue(OPERATIONS, page_size=20).cursors[0]
+    for bad in ["", "garbage!", cursor, 42, [cursor]]:
         status, body = await _rpc(api, user, _modern("tools/list", {"cursor": bad}))
         _assert_rpc_error(status, body, 400, -32602)
         assert body["id"] == 7
@@ -376,7 +396,7 @@ async def test_tool_errors_carry_the_request_id(api: Any, user: Any) -> None:
 @pytest.mark.parametrize("method", ["GET", "DELETE"])
 async def test_only_post(api: Any, user: Any, path: str, method: str) -> None:
     status, body, headers = await api.request(method, path, user)
-    assert_error(status, body, 405, "method_not_allowed")
+    _assert_http_refusal(status, body, 405, "method_not_allowed", -32600)
     assert headers["Allow"] == "POST"
 
 
@@ -407,7 +427,7 @@ async def test_notifications_are_accepted(api: Any, user: Any) -> None:
 
 async def test_body_must_be_json(api: Any, user: Any) -> None:
     status, body, _ = await _post(api, user, b"{}", {"Content-Type": "text/plain"})
-    assert_error(status, body, 415, "unsupported_media_type")
+    _assert_http_refusal(status, body, 415, "unsupported_media_type", -32600)
 
 
 @pytest.mark.parametrize("path", ["/mcp", "/mcp-developer"])
@@ -437,11 +457,33 @@ async def test_oauth_route_answers_401_until_oauth_exists(
 ) -> None:
     request = _modern("server/discover")
     status, body, headers = await _post(api, user, request["body"], request["headers"], path="/mcp")
-    assert_error(status, body, 401, "not_authenticated")
+    error = _assert_http_refusal(status, body, 401, "not_authenticated", -32001)
+    assert "/mcp-developer" in error["message"]
+    metadata_url = f"{live_server.url}/.well-known/oauth-protected-resource/mcp"
     assert headers["WWW-Authenticate"] == (
-        f'Bearer realm="kalends", resource_metadata="{live_server.url}'
-        '/.well-known/oauth-protected-resource/mcp"'
-    )
+        f'Bearer realm="kalends", resource_metadata="{metadata_url}"')
+    # The document the challenge names exists (RFC 9728), naming /mcp as the resource.
+    status, metadata, _ = await api.get(metadata_url.removeprefix(live_server.url))
+    assert status == 200
+    assert metadata["resource"] == f"{live_server.url}/mcp"
+    assert metadata["bearer_methods_supported"] == ["header"]
+
+
+async def test_the_sdk_shows_why_mcp_refuses(live_server: Any) -> None:
+    """The official SDK surfaces the JSON-RPC error's message, not only "Server
+    returned an error response"."""
+    async with httpx2.AsyncClient() as http:
+        # The SDK's task group wraps the error.
+        with pytest.RaisesGroup(MCPError, flatten_subgroups=True) as raised:
+            async with Client(streamable_http_client(live_server.url + "/mcp", http_client=http),
+                              cache=None) as client:
+                await client.list_tools()
+    [error] = raised.value.exceptions
+    while isinstance(error, BaseExceptionGroup):
+        [error] = error.exceptions
+    assert isinstance(error, MCPError)
+    assert "/mcp-developer" in error.error.message, error.error
+    assert error.error.code == -32001
 
 
 async def test_developer_route_needs_a_valid_key(live_server: Any, api: Any) -> None:
@@ -450,7 +492,7 @@ async def test_developer_route_needs_a_valid_key(live_server: Any, api: Any) -> 
         status, body, headers = await _post(
             api, None, request["body"], {**request["headers"], **auth}
         )
-        assert_error(status, body, 401, "not_authenticated")
+        _assert_http_refusal(status, body, 401, "not_authenticated", -32001)
         assert headers["WWW-Authenticate"].startswith("Bearer")
     made = live_server.admin(accounts.create_consumer, "mcp-" + secrets.token_hex(4))
     status, body, _ = await _post(
@@ -459,7 +501,7 @@ async def test_developer_route_needs_a_valid_key(live_server: Any, api: Any) -> 
         request["body"],
         {**request["headers"], "Authorization": "Bearer " + made["api_key"]},
     )
-    assert_error(status, body, 403, "consumer_not_claimed")
+    _assert_http_refusal(status, body, 403, "consumer_not_claimed", -32001)
 
 
 async def test_arguments_may_be_omitted(api: Any, user: Any) -> None:
