@@ -141,6 +141,11 @@ def start(base: Path | None = None) -> tuple[str, Any]:
     return server.get_uri("postgres"), server
 
 
+def running(base: Path | None = None) -> bool:
+    """Whether a postmaster serves the data directory under `base` now."""
+    return _postmaster_alive((base or data_dir()) / "pg")
+
+
 def stop(server: Any) -> None:
     server.cleanup()
     _reap_postgres_children()

@@ -16,8 +16,10 @@ from graph.context import Services
 from graph.http import KalendsGraphQLView
 from graph.schema import schema
 from kalends import config, jobs, metrics, registry, sync
+from kalends.draining import Drain
+from kalends.errors import ApiError
 from kalends.pagination import Cursors
-from kalends.services import SERVICES, SETTINGS
+from kalends.services import DRAIN, SERVICES, SETTINGS
 from rest_bridge import openapi, routes
 from rest_bridge.middleware import error_envelopes, guard, request_context, require_api_key
 from rest_bridge.responses import json_response
@@ -39,6 +41,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
         middlewares=[request_context, error_envelopes, guard], client_max_size=MAX_BODY
     )
     app[SETTINGS] = settings
+    app[DRAIN] = Drain()
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(dsn, max_size=pool_size)
@@ -87,6 +90,8 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
+    if request.app[DRAIN].draining:
+        raise ApiError("service_unavailable", "Stopping: finishing the requests in flight.")
     # Raises service_unavailable (503) when the pool cannot reach PostgreSQL.
     await request.app[SERVICES].db.fetchval("SELECT 1")
     return json_response({"status": "ready"})

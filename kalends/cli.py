@@ -36,6 +36,13 @@ def _database(url: str | None, *, keep: bool = False) -> Iterator[str]:
         return
     if keep:
         embedded.become_subreaper()
+    elif not embedded.running():
+        # Most often a different KALENDS_DATA_DIR from the running server's: the
+        # command would quietly work on a database no server reads.
+        sys.stderr.write(
+            f"kalends: no server is running on the data directory {embedded.data_dir()} "
+            "(KALENDS_DATA_DIR); this command started its database on its own, and a "
+            "`kalends serve` using another data directory will not see the change.\n")
     dsn, server = embedded.start()
     try:
         if keep:
@@ -60,6 +67,8 @@ def _exit_on_sigterm() -> None:
 
 
 _stop_requested = False
+# Seconds in-flight requests get to finish, once while draining, once after.
+_SHUTDOWN_TIMEOUT = 30
 
 
 def _defer_stop_signals() -> None:
@@ -95,22 +104,44 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(dsn, settings=settings)
         url = f"http://{args.host}:{args.port}"
 
-        async def start(_app: web.Application) -> None:
+        async def start(app: web.Application) -> None:
             # run_app has installed its own handlers by now; a stop requested
             # before that is honoured here, before the port opens.
             if _stop_requested:
                 raise web.GracefulExit
+            # SIGTERM (an orchestrator's stop) drains first; SIGINT (Ctrl-C) or
+            # a second SIGTERM stops at once, as run_app's handlers do.
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _drain_then_exit, app)
             logging.getLogger("kalends").info("serving", extra={"url": url, "pid": os.getpid()})
 
         app.on_startup.append(start)
         web.run_app(
             app, host=args.host, port=args.port, access_log=None,
-            reuse_port=args.child or None, shutdown_timeout=30, print=None,
+            reuse_port=args.child or None, shutdown_timeout=_SHUTDOWN_TIMEOUT, print=None,
         )
         # run_app restored the default handlers; a second SIGTERM must not cut
         # short the database's shutdown below.
         _defer_stop_signals()
     return 0
+
+
+def _drain_then_exit(app: Any) -> None:
+    from aiohttp import web
+
+    from kalends.services import DRAIN, SETTINGS
+
+    loop = asyncio.get_running_loop()
+
+    def exit_now() -> None:
+        raise web.GracefulExit  # out of the event loop, into run_app's shutdown
+
+    loop.add_signal_handler(signal.SIGTERM, exit_now)
+    logging.getLogger("kalends").info("draining", extra={"pid": os.getpid()})
+    drained = asyncio.ensure_future(
+        app[DRAIN].drain(app[SETTINGS].drain_seconds, timeout=_SHUTDOWN_TIMEOUT))
+    # Cancelled: run_app is already stopping (a second signal), and a second
+    # GracefulExit would escape its shutdown.
+    drained.add_done_callback(lambda task: None if task.cancelled() else exit_now())
 
 
 def _share_metrics() -> None:

@@ -48,6 +48,9 @@ class Settings:
     """Per client address, for requests without a valid credential; None: unlimited."""
     metrics_token: str | None = None
     """When set, GET /metrics needs `Authorization: Bearer <token>`; else loopback only."""
+    drain_seconds: float = 0.0
+    """After SIGTERM, keep serving (with /readyz at 503) at least this long, so that a
+    load balancer stops sending requests before the port closes."""
 
 
 DEFAULTS = Settings()
@@ -68,6 +71,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         anonymous_rate_limit=_rate(
             env, "KALENDS_RATE_LIMIT_ANONYMOUS", DEFAULTS.anonymous_rate_limit),
         metrics_token=_token(env, "KALENDS_METRICS_TOKEN"),
+        drain_seconds=_drain(env, "KALENDS_DRAIN_SECONDS"),
     )
 
 
@@ -110,6 +114,19 @@ def _seconds(env: Mapping[str, str], name: str, default: timedelta) -> timedelta
     if not 0 < seconds <= 86400:
         raise _invalid(name, value, "a number of seconds, more than 0 and at most 86400")
     return timedelta(seconds=seconds)
+
+
+def _drain(env: Mapping[str, str], name: str) -> float:
+    value = env.get(name)
+    if value is None or not value.strip():
+        return DEFAULTS.drain_seconds
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 300:
+        raise _invalid(name, value, "a number of seconds from 0 to 300")
+    return seconds
 
 
 def _origins(env: Mapping[str, str]) -> frozenset[str]:

@@ -5,10 +5,12 @@ from aiohttp import web
 from graph.context import Services
 from kalends.auth import Viewer
 from kalends.config import Settings
+from kalends.draining import Drain
 from kalends.ratelimit import Decision
 
 SERVICES = web.AppKey("services", Services)
 SETTINGS = web.AppKey("settings", Settings)
+DRAIN = web.AppKey("drain", Drain)
 VIEWER = web.RequestKey("viewer", Viewer)
 RATE_LIMIT = web.RequestKey("rate_limit", Decision)
 REQUEST_ID = web.RequestKey("request_id", str)
@@ -16,6 +18,6 @@ OPERATION = web.RequestKey("operation", str)
 IDEMPOTENCY_KEY = web.RequestKey("idempotency_key", str)
 
 __all__ = [
-    "IDEMPOTENCY_KEY", "OPERATION", "RATE_LIMIT", "REQUEST_ID", "SERVICES", "SETTINGS", "VIEWER",
-    "Services",
+    "DRAIN", "IDEMPOTENCY_KEY", "OPERATION", "RATE_LIMIT", "REQUEST_ID", "SERVICES",
+    "SETTINGS", "VIEWER", "Services",
 ]

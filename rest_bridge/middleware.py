@@ -13,8 +13,10 @@ from aiohttp import web
 
 from kalends import metrics, ratelimit
 from kalends.auth import Viewer, authenticate_key
+from kalends.draining import UNCOUNTED_PATHS
 from kalends.errors import ApiError, internal_error
 from kalends.services import (
+    DRAIN,
     IDEMPOTENCY_KEY,
     OPERATION,
     RATE_LIMIT,
@@ -37,7 +39,7 @@ ERROR_BODIES = web.AppKey("error_bodies", dict[web.AbstractRoute, ErrorBody])
 API_KEY_ROUTES = web.AppKey("api_key_routes", dict[web.AbstractRoute, bool])
 """Routes that take an API key, each with whether it defers the limit to its handler."""
 # Probes and scrapes come from infrastructure and must answer even under a flood.
-_UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+_UNLIMITED_PATHS = UNCOUNTED_PATHS
 
 
 def require_api_key(app: web.Application, route: web.AbstractRoute, *,
@@ -56,7 +58,14 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     request_id = supplied if _CLIENT_REQUEST_ID.match(supplied) else "req_" + secrets.token_hex(12)
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
-    response = await handler(request)
+    drain = request.app[DRAIN]
+    if request.path in UNCOUNTED_PATHS:
+        response = await handler(request)
+    else:
+        with drain.serving():
+            response = await handler(request)
+    if drain.draining:
+        response.force_close()  # keep-alive clients reconnect, to an instance that stays
     duration = time.perf_counter() - started
     metrics.observe_request(request, response.status, duration)
     response.headers["X-Request-Id"] = request_id

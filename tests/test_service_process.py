@@ -73,7 +73,27 @@ def test_serve_with_embedded_database(
         cwd=ROOT, env=service_env(data_dir), capture_output=True, timeout=60, check=False,
     )
     assert admin.returncode == 0, admin.stderr.decode()[-4000:]
+    assert admin.stderr == b"", admin.stderr.decode()  # it found the server
     api_key = json.loads(admin.stdout)["api_key"]
+
+    # Another data directory: no server runs there, and the command says so in one line
+    # (its key belongs to a database the running server never reads).
+    other = data_dir / "other"
+    try:
+        stray = subprocess.run(
+            [sys.executable, "-m", "kalends", "admin", "create-user",
+             "--email", f"stray-{secrets.token_hex(4)}@example.com"],
+            cwd=ROOT, env=service_env(other), capture_output=True, timeout=60, check=False,
+        )
+        assert stray.returncode == 0, stray.stderr.decode()[-4000:]
+        [line] = stray.stderr.decode().splitlines()
+        assert line.startswith("kalends: no server is running on the data directory "
+                               f"{other} (KALENDS_DATA_DIR)"), line
+        stray_key = json.loads(stray.stdout)["api_key"]
+        assert request(port, "GET", "/v1/profiles",
+                       {"Authorization": f"Bearer {stray_key}"})[0] == 401
+    finally:
+        kill_postgres(other / "pg")
     assert request(port, "GET", "/readyz")[0] == 200
     assert [p.pid for p in alive(postgres_of(service.pgdata))][:1] == [postmaster]
     assert handle_pids(service.pgdata) == [service.proc.pid]
@@ -92,15 +112,28 @@ def test_serve_with_embedded_database(
             time.sleep(0.05)
 
         service.proc.send_signal(signal.SIGTERM)
-        wait_refused(port)  # shutdown has begun: no new connections
+        # Draining: not ready any more, yet still answering, while the request is in flight.
+        deadline = time.monotonic() + 10
+        while (ready := request(port, "GET", "/readyz"))[0] == 200:
+            assert time.monotonic() < deadline, "/readyz still 200 after SIGTERM"
+            time.sleep(0.05)
+        status, body, headers = ready
+        assert status == 503 and json.loads(body)["error"]["code"] == "service_unavailable"
+        assert headers["Connection"] == "close"
+        assert request(port, "GET", "/healthz")[0] == 200
+        time.sleep(0.5)
         assert service.proc.poll() is None, "exited with a request in flight"
+        assert request(port, "GET", "/readyz")[0] == 503
 
         psql.send("ROLLBACK;")  # let the request finish
         raw = read_all(sock)
     status_line, _, rest = raw.partition(b"\r\n")
     assert status_line.startswith(b"HTTP/1.1 201"), raw[:2000]
-    created = json.loads(rest.partition(b"\r\n\r\n")[2])
+    head, _, payload = rest.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower()  # the client reconnects elsewhere
+    created = json.loads(payload)
     assert created["id"].startswith("prf_"), created
+    wait_refused(port)  # nothing in flight: the port closes
 
     try:
         code = service.proc.wait(timeout=STOP_TIMEOUT)
@@ -118,6 +151,35 @@ def test_serve_with_embedded_database(
     assert access[inflight_id]["status"] == 201
     for entry in access.values():
         assert {"ts", "level", "logger", "msg", "request_id"} <= set(entry), entry
+
+
+def test_sigterm_drains_for_the_configured_time(
+    data_dir: Path, tmp_path: Path, services: list[Service]
+) -> None:
+    """KALENDS_DRAIN_SECONDS: after SIGTERM, /readyz is 503 and requests are still served
+    that long, so that a load balancer stops routing before the port closes."""
+    service = start(services, data_dir, tmp_path,
+                    env=service_env(data_dir, KALENDS_DRAIN_SECONDS="2"))
+    port = service.port
+    assert request(port, "GET", "/readyz")[0] == 200
+    stopped = time.monotonic()
+    service.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert request(port, "GET", "/readyz")[0] == 503
+    status, _, headers = request(port, "GET", "/openapi.json")
+    assert status == 200 and headers["Connection"] == "close"
+    wait_refused(port, timeout=10)
+    assert time.monotonic() - stopped >= 1.9
+    assert service.proc.wait(timeout=STOP_TIMEOUT) == 0
+    # A second SIGTERM cuts the drain short.
+    second = start(services, data_dir, tmp_path,
+                   env=service_env(data_dir, KALENDS_DRAIN_SECONDS="60"))
+    second.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert request(second.port, "GET", "/readyz")[0] == 503
+    began = time.monotonic()
+    assert second.stop() == 0
+    assert time.monotonic() - began < 10
 
 
 def test_stderr_carries_only_json_lines(
