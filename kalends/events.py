@@ -106,6 +106,11 @@ class EventReschedule(Body):
 # expand (contract section 5)
 
 
+_EXPAND_NAME = "(?:" + "|".join(EXPANDABLE) + ")"
+EXPAND_PATTERN = f"^{_EXPAND_NAME}(?:,{_EXPAND_NAME}){{0,{MAX_EXPAND - 1}}}$"
+"""What `parse_expand` accepts, as the documents advertise it."""
+
+
 def parse_expand(value: str | None) -> dict[str, bool]:
     """`expand=profile,series` as one GraphQL variable per relationship."""
     asked: list[str] = []
@@ -118,7 +123,7 @@ def parse_expand(value: str | None) -> dict[str, bool]:
                 f"Unknown relationship `{unknown[0]}`; expand any of {', '.join(EXPANDABLE)}.",
                 param="expand", details={"value": value},
             )
-        if len(set(asked)) > MAX_EXPAND:
+        if len(asked) > MAX_EXPAND:
             raise ApiError(
                 "invalid_expand", f"At most {MAX_EXPAND} relationships can be expanded.",
                 param="expand", details={"value": value},

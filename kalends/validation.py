@@ -34,6 +34,15 @@ class Body(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
+    @field_validator("*", mode="before", check_fields=False)
+    @classmethod
+    def _whole_numbers(cls, value: Any) -> Any:
+        # JSON has one number type, and JSON Schema calls 5.0 an integer: strict
+        # mode would refuse it for an int field. A float with a fraction still fails.
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            return int(value)
+        return value
+
     @field_validator("*", mode="after", check_fields=False)
     @classmethod
     def _no_nul(cls, value: Any) -> Any:

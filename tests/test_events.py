@@ -894,7 +894,8 @@ async def test_an_event_in_no_series_expands_to_an_empty_list(api: Any, make_use
 
 @pytest.mark.parametrize(
     "expand",
-    ["owner", "profile,rsvps", "profile,series,rsvp_settings,rsvp_stats", "Profile"],
+    ["owner", "profile,rsvps", "profile,series,rsvp_settings,rsvp_stats", "Profile",
+     "profile,profile,profile,profile", "profile,"],
 )
 async def test_bad_expand(api: Any, make_user: Any, expand: str) -> None:
     owner, profile = await setup(api, make_user)

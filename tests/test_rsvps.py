@@ -898,3 +898,17 @@ async def test_create_checks_the_idempotency_key(api: Any, make_user: Any) -> No
     status, body, _ = await api.post(rsvps_path(event), guest, json={"status": "going"},
                                      headers={"Idempotency-Key": "rsvp-key-12345"})
     assert status == 201, body
+
+
+async def test_whole_numbers_written_with_a_fraction_are_integers(api: Any, make_user: Any) -> None:
+    """JSON Schema calls 12.0 an integer, and so do generated clients and JSON encoders
+    that write every number as a float; 12.5 is still refused, and changes nothing."""
+    [owner] = await users(make_user, 1)
+    event = await make_event(api, owner, await new_profile(api, owner))
+    changed = await settings(api, owner, event, enable_capacity_limit=True, capacity_limit=12.0)
+    assert changed["capacity_limit"] == 12 and isinstance(changed["capacity_limit"], int)
+    path = f"/v1/events/{event['id']}/rsvp-settings"
+    for bad in (12.5, 1e300, True, "12"):
+        status, body, _ = await api.patch(path, owner, json={"capacity_limit": bad})
+        assert_error(status, body, 400, "invalid_field", param="capacity_limit")
+    assert (await read_settings(api, owner, event))["capacity_limit"] == 12

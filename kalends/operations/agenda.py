@@ -1,7 +1,8 @@
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
+from kalends import ids
 from kalends.agenda import DAYS_AHEAD, DAYS_BACK, DEFAULT_DAYS, MAX_CALENDARS, MAX_DAYS, MAX_ITEMS
 from kalends.registry import Mcp, Operation, Param, register
 
@@ -9,6 +10,18 @@ from kalends.registry import Mcp, Operation, Param, register
 def _calendar_ids(value: str | None) -> dict[str, list[str] | None]:
     # "" is a list with no entries, refused by kalends.agenda like any empty list.
     return {"calendar_ids": None if value is None else value.split(",") if value else []}
+
+
+def _any_calendar_id() -> str:
+    one = "(?:" + "|".join(ids.pattern(p).strip("^$") for p in ("cal", "xcal")) + ")"
+    return f"^{one}(?:,{one}){{0,{MAX_CALENDARS - 1}}}$"
+
+
+# Advertised; kalends.agenda checks them, with the contract's codes.
+_CALENDAR_IDS = Annotated[str, WithJsonSchema({"type": "string",
+                                               "pattern": _any_calendar_id()})] | None
+_DATE = Annotated[str, WithJsonSchema({"type": "string", "format": "date",
+                                       "pattern": r"^\d{4}-\d{2}-\d{2}$"})] | None
 
 
 def _detail(value: str) -> dict[str, bool]:
@@ -40,7 +53,7 @@ register(
         tag="Agenda",
         summary="The caller's combined schedule over a window of local days",
         params=(
-            Param("date", "query", str | None,
+            Param("date", "query", _DATE,
                   "First local day, YYYY-MM-DD; default today in the resolved zone.",
                   default=None),
             Param("days", "query", Annotated[int, Field(ge=1, le=MAX_DAYS)],
@@ -48,7 +61,7 @@ register(
             Param("timezone", "query", str | None,
                   "IANA zone of the local days; default the user's saved zone, then UTC.",
                   default=None),
-            Param("calendar_ids", "query", str | None,
+            Param("calendar_ids", "query", _CALENDAR_IDS,
                   f"Comma-separated exact cal_ or xcal_ IDs, 1 to {MAX_CALENDARS}; default "
                   "all of the caller's personal calendars.",
                   default=None, variables=_calendar_ids),

@@ -1,8 +1,9 @@
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from kalends.events import (
+    EXPAND_PATTERN,
     EXPANDABLE,
     MAX_EXPAND,
     EventCancel,
@@ -21,7 +22,10 @@ EVENT_ID = path_id("event_id", "evt", "event")
 _EXPAND_DESCRIPTION = (
     f"Comma-separated relationships to inline, at most {MAX_EXPAND}: {', '.join(EXPANDABLE)}."
 )
-_EXPAND_TYPE = Annotated[str, Field(min_length=1, max_length=200)] | None
+# The pattern is advertised; parse_expand checks, with invalid_expand as its code.
+_EXPAND_TYPE = Annotated[
+    str, Field(min_length=1, max_length=200), WithJsonSchema({
+        "type": "string", "pattern": EXPAND_PATTERN})] | None
 EXPAND = Param("expand", "query", _EXPAND_TYPE, _EXPAND_DESCRIPTION, default=None,
                variables=parse_expand)
 
