@@ -19,7 +19,7 @@ class CalendarEventUpdate(ScheduleFields):
     """Fields of a calendar event; all optional. `null` clears a nullable field."""
 
 
-class CalendarEventCreate(CalendarEventUpdate):
+class CalendarEventCreate(CalendarEventUpdate, json_schema_extra=times.CREATE_FIELD_RULES):
     """A new personal event; the calendar comes from the path."""
 
     title: Title

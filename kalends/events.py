@@ -28,8 +28,11 @@ MAX_EXPAND = 3
 Title = Annotated[str, StringConstraints(min_length=1, max_length=500, pattern=r"\S")]
 Location = Annotated[str, StringConstraints(max_length=1000)]
 # Shapes and zones are checked by kalends.times, which owns their error codes.
-TimeText = Annotated[str, Field(description="`YYYY-MM-DD[T ]HH:MM[:SS[.f]][Z|±HH:MM|±HHMM]`.")]
-DateText = Annotated[str, Field(description="`YYYY-MM-DD`.")]
+TimeText = Annotated[str, Field(
+    description="`YYYY-MM-DD[T ]HH:MM[:SS[.f]][Z|±HH:MM|±HHMM]`.",
+    json_schema_extra={"pattern": times.TIME_PATTERN})]
+DateText = Annotated[str, Field(description="`YYYY-MM-DD`.",
+                                json_schema_extra={"pattern": times.DATE_PATTERN})]
 Zone = Annotated[str, Field(description="An IANA time zone name, e.g. `Europe/Paris`.")]
 Rule = Annotated[
     str,
@@ -74,7 +77,7 @@ class EventUpdate(ScheduleFields):
     require_rsvp: bool = Field(default=None)  # type: ignore[assignment]
 
 
-class ProfileEventCreate(EventUpdate):
+class ProfileEventCreate(EventUpdate, json_schema_extra=times.CREATE_FIELD_RULES):
     """A new event; the profile comes from the path."""
 
     title: Title
@@ -93,7 +96,7 @@ class EventCancel(Body):
     reason: Description = Field(default=None)  # type: ignore[assignment]
 
 
-class EventReschedule(Body):
+class EventReschedule(Body, json_schema_extra=times.RESCHEDULE_FIELD_RULES):
     """The new time; an omitted end keeps the event's duration."""
 
     start_time: TimeText

@@ -41,7 +41,15 @@ TargetId = Annotated[
 ]
 
 
-class FollowCreate(Body):
+# The prefix of target_id that following_type names, as JSON Schema.
+_TARGET_OF_TYPE: dict[str, Any] = {"allOf": [
+    {"if": {"properties": {"following_type": {"const": kind}}},
+     "then": {"properties": {"target_id": {"pattern": ids.pattern(prefix)}}}}
+    for kind, prefix in PREFIXES.items()
+]}
+
+
+class FollowCreate(Body, json_schema_extra=_TARGET_OF_TYPE):
     following_type: FollowingType = Field(description="What is followed: profile, series or event.")
     target_id: TargetId
 

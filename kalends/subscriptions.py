@@ -3,7 +3,7 @@ The copying itself is done by the sync jobs (kalends.sync)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import asyncpg
 from pydantic import Field, field_validator
@@ -19,7 +19,15 @@ from kalends.validation import Body, id_of
 MAX_EXTERNAL_CALENDARS = 100
 
 
-class SubscriptionCreate(Body):
+# source_of's rule as JSON Schema: the ID that goes with subscription_type, alone.
+_ONE_SOURCE: dict[str, Any] = {
+    "if": {"properties": {"subscription_type": {"const": "profile"}}},
+    "then": {"required": ["profile_id"], "properties": {"series_id": {"type": "null"}}},
+    "else": {"required": ["series_id"], "properties": {"profile_id": {"type": "null"}}},
+}
+
+
+class SubscriptionCreate(Body, json_schema_extra=_ONE_SOURCE):
     subscription_type: Literal["profile", "series"]
     profile_id: id_of("prf") | None = None  # type: ignore[valid-type]
     series_id: id_of("ser") | None = None  # type: ignore[valid-type]

@@ -55,6 +55,13 @@ _TIME_RE = re.compile(
     re.ASCII | re.VERBOSE,
 )
 
+# The shapes above for JSON Schema (ECMA-262 regexes, where \d is ASCII): advertised
+# in the documents, while the checks and their error codes stay here.
+DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
+TIME_PATTERN = (
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?$"
+)
+
 # Files a tz directory may hold that name no zone of their own: the host's zone
 # under another name, a template, and tzdata's "zone not configured" placeholder.
 _NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
@@ -191,6 +198,28 @@ def resolve_create(fields: Mapping[str, Any], *, fill_end_timezone: bool) -> Eve
     if _flag(fields):
         return _create_all_day(fields)
     return _create_timed(fields, fill_end_timezone=fill_end_timezone)
+
+
+def _sent(*keys: str) -> dict[str, Any]:
+    return {"anyOf": [{"required": [key]} for key in keys]}
+
+
+# The rules above, as JSON Schema keywords for request bodies (OpenAPI, MCP): which
+# fields a timed or an all-day event takes, and which travel together. A real
+# `end_time` needs `end_timezone`; `end_time: null` ("no end") needs none.
+_END_PAIR: dict[str, Any] = {
+    "dependentRequired": {"end_timezone": ["end_time"]},
+    "if": {"properties": {"end_time": {"type": "string"}}, "required": ["end_time"]},
+    "then": {"required": ["end_timezone"]},
+}
+CREATE_FIELD_RULES: dict[str, Any] = {
+    "if": {"properties": {"is_all_day": {"const": True}}, "required": ["is_all_day"]},
+    "then": {"required": ["start_date", "start_timezone"],
+             "not": _sent("start_time", "end_time")},
+    "else": {"required": ["start_time", "start_timezone"], "not": _sent("start_date", "end_date"),
+             **_END_PAIR},
+}
+RESCHEDULE_FIELD_RULES: dict[str, Any] = dict(_END_PAIR)
 
 
 def resolve_update(current: EventTimes, changes: Mapping[str, Any]) -> EventTimes:

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from graph.scalars import SCALARS, Timestamp
 from kalends.errors import ApiError
 from kalends.times import (
+    DATE_PATTERN,
     EXPECTED_SHAPES,
+    TIME_PATTERN,
     EventTimes,
     compact_utc,
     local_midnight,
@@ -1255,3 +1257,27 @@ def test_the_earliest_and_latest_instants() -> None:
     assert Timestamp_serialize(datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)) == (
         "9999-12-31T23:59:59Z")
     assert compact_utc(datetime(12, 3, 4, 5, 6, 7, tzinfo=UTC)) == "00120304T050607Z"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(
+    st.from_regex(TIME_PATTERN, fullmatch=True),
+    st.datetimes().map(lambda d: d.isoformat()),
+    st.text(alphabet="0123456789-:T Zz+.", max_size=30),
+))
+def test_the_advertised_time_pattern_is_the_shape_checked(text: str) -> None:
+    """The documents' pattern admits exactly the shapes parse_time reads (what it then
+    refuses is a day, time or offset that does not exist, or a DST gap)."""
+    shaped = re.fullmatch(TIME_PATTERN, text, re.ASCII) is not None
+    try:
+        parse_time(text, BERLIN, param="start_time")
+    except ApiError as exc:
+        assert (exc.code == "invalid_time_format") == (not shaped), (text, exc.code)
+    else:
+        assert shaped, text
+    date_part = text[:10]
+    try:
+        parse_date(date_part, param="start_date")
+    except ApiError as exc:
+        assert (exc.code == "invalid_time_format") == (
+            re.fullmatch(DATE_PATTERN, date_part, re.ASCII) is None), date_part
