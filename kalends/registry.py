@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from inspect import isawaitable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from graphql import (
     DocumentNode,
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from graph.context import Context
 
 log = logging.getLogger("kalends.registry")
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,39 @@ class Operation:
             out["required"] = required
         if defs:
             out["$defs"] = defs
-        return out
+        return honest_defaults(out)
+
+
+def honest_defaults(schema: S) -> S:
+    """Drop every `default: null` that its own schema refuses, in place.
+
+    Request models mark "omitted" with a None default on fields that refuse an
+    explicit null (PATCH bodies); pydantic then advertises `default: null`, which
+    a client or a model sending the advertised default would see refused. Omitted
+    is expressed by absence alone."""
+    if isinstance(schema, dict):
+        if "default" in schema and schema["default"] is None and not _accepts_null(schema):
+            del schema["default"]
+        for value in schema.values():
+            honest_defaults(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            honest_defaults(item)
+    return schema
+
+
+def _accepts_null(schema: dict[str, Any]) -> bool:
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    if "const" in schema:
+        return schema["const"] is None
+    if "enum" in schema:
+        return None in schema["enum"]
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if options:
+        return any(isinstance(o, dict) and _accepts_null(o) for o in options)
+    return kind is None and "$ref" not in schema and "pattern" not in schema
 
 
 def _params_model(name: str, params: list[Param]) -> type[BaseModel]:

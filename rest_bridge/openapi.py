@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kalends.errors import ERROR_CODES, ERROR_TYPES
-from kalends.registry import OPERATIONS, Operation
+from kalends.registry import OPERATIONS, Operation, honest_defaults
 
 _REF = "#/components/schemas/{model}"
 _ERROR_REF = {"$ref": "#/components/responses/Error"}
@@ -27,7 +27,7 @@ def document() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS.values():
         paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, schemas)
-    return {
+    return honest_defaults({
         "openapi": "3.1.0",
         "info": {
             "title": "Kalends API",
@@ -64,7 +64,7 @@ def document() -> dict[str, Any]:
                            "description": "An API key issued by `kalends admin`."},
             },
         },
-    }
+    })
 
 
 def _operation(op: Operation, schemas: dict[str, Any]) -> dict[str, Any]:

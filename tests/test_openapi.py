@@ -110,6 +110,46 @@ def test_document_is_valid_openapi_3_1(document: dict[str, Any]) -> None:
     assert len(results) == sum(1 for _ in _operations(document))
 
 
+def test_openapi_spec_validator_finds_nothing(document: dict[str, Any]) -> None:
+    """An independent validator (openapi-spec-validator, as users run it)."""
+    from openapi_spec_validator import OpenAPIV31SpecValidator
+
+    errors = [f"{list(e.path)}: {e.message}"
+              for e in OpenAPIV31SpecValidator(document).iter_errors()]
+    assert errors == []
+
+
+def _defaults(schema: Any, where: str) -> Iterator[tuple[str, Any, Any]]:
+    if isinstance(schema, dict):
+        if "default" in schema:
+            yield where, schema["default"], schema
+        for key, value in schema.items():
+            yield from _defaults(value, f"{where}.{key}")
+    elif isinstance(schema, list):
+        for i, item in enumerate(schema):
+            yield from _defaults(item, f"{where}[{i}]")
+
+
+def test_every_advertised_default_is_accepted(document: dict[str, Any]) -> None:
+    """A client or a model that sends the advertised default must not get a 400: a
+    default is valid against its own schema (OpenAPI and MCP input schemas alike)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from kalends.registry import OPERATIONS
+
+    components = document["components"]["schemas"]
+    found = 0
+    targets = [("openapi", document)] + [
+        (f"tool {name}", op.tool_input_schema()) for name, op in OPERATIONS.items()]
+    for label, root in targets:
+        for where, default, schema in _defaults(root, label):
+            found += 1
+            check = {**schema, "$defs": {**components, **root.get("$defs", {})}}
+            check = json.loads(json.dumps(check).replace("#/components/schemas/", "#/$defs/"))
+            errors = list(jsonschema.Draft202012Validator(check).iter_errors(default))
+            assert not errors, f"{where}: default {default!r} is refused: {errors[0].message}"
+    assert found  # defaults there are (limit, detail, booleans): they are all accepted
+
+
 def test_schemas_are_valid_json_schema_2020_12(document: dict[str, Any]) -> None:
     """OpenAPI 3.1's schema objects are JSON Schema 2020-12; each must be a valid one."""
     jsonschema = pytest.importorskip("jsonschema")
