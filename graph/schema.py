@@ -9,6 +9,7 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors, ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 
+from graph import limits
 from graph.agenda import AgendaQueries
 from graph.calendars import CalendarMutations, CalendarQueries
 from graph.events import EventMutations, EventQueries
@@ -55,6 +56,8 @@ schema = _Schema(
     # Documents sent to /graphql by dashboards repeat: parse and validate each once.
     # Factories: the caches live at module level and outlast each request's instance.
     extensions=[
+        # Depth, alias and cost bounds (graph/limits.py), before the validation cache.
+        *limits.extensions(),
         lambda: ParserCache(maxsize=256),
         lambda: ValidationCache(maxsize=256),
         # Only ApiErrors speak to clients; anything else is a bug, logged, not shown.

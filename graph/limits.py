@@ -1,0 +1,119 @@
+"""Bounds on what one `/graphql` request may ask for.
+
+Dashboards send arbitrary documents with any key; without bounds, one request of
+40 aliases x 100 events costs the server most of a second and half a megabyte.
+The registry's fixed documents (REST and MCP) never pass through these rules:
+they are validated once at start-up with graphql-core's own rules only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphql import (
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLError,
+    InlineFragmentNode,
+    IntValueNode,
+    OperationDefinitionNode,
+    SelectionSetNode,
+    ValidationRule,
+)
+from strawberry.extensions import AddValidationRules, MaxAliasesLimiter
+
+from kalends.pagination import MAX_LIMIT
+
+# The deepest registry document is 5 levels (agenda items' profile); the standard
+# introspection query (`... ofType { ofType ... } }`) reaches about 12.
+MAX_DEPTH = 15
+# A dashboard asks for a handful of things at once; 40 aliased lists is a flood.
+MAX_ALIASES = 15
+# Objects one request may return, counted before it runs: a list with `limit`
+# counts that many times what it selects (MAX_LIMIT when the limit is a variable);
+# other fields count once. Ten full pages of 100, with what they select.
+MAX_COST = 2000
+
+
+class CostLimit(ValidationRule):
+    """Refuse an operation nested deeper than MAX_DEPTH, or whose worst-case object
+    count exceeds MAX_COST. (Strawberry's QueryDepthLimiter skips introspection,
+    the only place where this schema's types nest without end.)"""
+
+    def enter_operation_definition(self, node: OperationDefinitionNode, *_: Any) -> None:
+        fragments = {
+            d.name.value: d for d in self.context.document.definitions
+            if isinstance(d, FragmentDefinitionNode)
+        }
+        depth = _depth(node.selection_set, fragments, set())
+        if depth > MAX_DEPTH:
+            self.report_error(GraphQLError(
+                f"Query depth {depth} exceeds the limit of {MAX_DEPTH} nested fields.",
+                node, extensions={"code": "query_too_deep", "depth": depth,
+                                  "limit": MAX_DEPTH},
+            ))
+            return
+        cost = _cost(node.selection_set, fragments, set())
+        if cost > MAX_COST:
+            self.report_error(GraphQLError(
+                f"Query cost {cost} exceeds the limit of {MAX_COST} (the objects one request "
+                "may return: each list counts its `limit`). Ask for less, or page.",
+                node, extensions={"code": "query_too_costly", "cost": cost, "limit": MAX_COST},
+            ))
+
+
+def _cost(selection: SelectionSetNode | None, fragments: dict[str, FragmentDefinitionNode],
+          seen: set[str]) -> int:
+    if selection is None:
+        return 0
+    total = 0
+    for node in selection.selections:
+        if isinstance(node, FieldNode):
+            inner = _cost(node.selection_set, fragments, seen)
+            if node.selection_set is not None:
+                total += _multiplier(node) * (1 + inner)
+        elif isinstance(node, InlineFragmentNode):
+            total += _cost(node.selection_set, fragments, seen)
+        elif isinstance(node, FragmentSpreadNode):
+            name = node.name.value
+            if name in fragments and name not in seen:  # cycles are NoFragmentCycles' job
+                total += _cost(fragments[name].selection_set, fragments, seen | {name})
+    return total
+
+
+def _depth(selection: SelectionSetNode | None, fragments: dict[str, FragmentDefinitionNode],
+           seen: set[str]) -> int:
+    if selection is None:
+        return 0
+    deepest = 0
+    for node in selection.selections:
+        if isinstance(node, FieldNode):
+            deepest = max(deepest, 1 + _depth(node.selection_set, fragments, seen))
+        elif isinstance(node, InlineFragmentNode):
+            deepest = max(deepest, _depth(node.selection_set, fragments, seen))
+        elif isinstance(node, FragmentSpreadNode):
+            name = node.name.value
+            if name in fragments and name not in seen:
+                deepest = max(deepest,
+                              _depth(fragments[name].selection_set, fragments, seen | {name}))
+    return deepest
+
+
+def _multiplier(node: FieldNode) -> int:
+    for argument in node.arguments or ():
+        if argument.name.value == "limit":
+            if isinstance(argument.value, IntValueNode):
+                return max(1, int(argument.value.value))
+            return MAX_LIMIT
+    return 1
+
+
+def extensions() -> list[Any]:
+    return [
+        lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+        lambda: AddValidationRules([CostLimit]),
+    ]
+
+
+__all__ = ["MAX_ALIASES", "MAX_COST", "MAX_DEPTH", "CostLimit", "extensions"]
