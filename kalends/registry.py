@@ -147,7 +147,7 @@ class Operation:
             out["required"] = required
         if defs:
             out["$defs"] = defs
-        return honest_defaults(out)
+        return _untitled(honest_defaults(out))
 
 
 def honest_defaults(schema: S) -> S:
@@ -165,6 +165,24 @@ def honest_defaults(schema: S) -> S:
     elif isinstance(schema, list):
         for item in schema:
             honest_defaults(item)
+    return schema
+
+
+def _untitled(schema: S) -> S:
+    """Without pydantic's `title` keywords ("Start Time" for start_time): they repeat
+    the property names and take a tenth of the tool catalogue an agent reads."""
+    if isinstance(schema, dict):
+        for key, value in list(schema.items()):
+            if key == "title" and isinstance(value, str):
+                del schema[key]
+            elif key in ("properties", "$defs") and isinstance(value, dict):
+                for inner in value.values():
+                    _untitled(inner)
+            else:
+                _untitled(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            _untitled(item)
     return schema
 
 
