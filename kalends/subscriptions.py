@@ -22,8 +22,10 @@ MAX_EXTERNAL_CALENDARS = 100
 # source_of's rule as JSON Schema: the ID that goes with subscription_type, alone.
 _ONE_SOURCE: dict[str, Any] = {
     "if": {"properties": {"subscription_type": {"const": "profile"}}},
-    "then": {"required": ["profile_id"], "properties": {"series_id": {"type": "null"}}},
-    "else": {"required": ["series_id"], "properties": {"profile_id": {"type": "null"}}},
+    "then": {"required": ["profile_id"],
+             "properties": {"profile_id": {"type": "string"}, "series_id": {"type": "null"}}},
+    "else": {"required": ["series_id"],
+             "properties": {"series_id": {"type": "string"}, "profile_id": {"type": "null"}}},
 }
 
 
