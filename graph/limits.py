@@ -46,7 +46,7 @@ class CostLimit(ValidationRule):
             d.name.value: d for d in self.context.document.definitions
             if isinstance(d, FragmentDefinitionNode)
         }
-        depth = _depth(node.selection_set, fragments, set())
+        depth, cost = _measure(node.selection_set, fragments, set())
         if depth > MAX_DEPTH:
             self.report_error(GraphQLError(
                 f"Query depth {depth} exceeds the limit of {MAX_DEPTH} nested fields.",
@@ -54,7 +54,6 @@ class CostLimit(ValidationRule):
                                   "limit": MAX_DEPTH},
             ))
             return
-        cost = _cost(node.selection_set, fragments, set())
         if cost > MAX_COST:
             self.report_error(GraphQLError(
                 f"Query cost {cost} exceeds the limit of {MAX_COST} (the objects one request "
@@ -63,41 +62,31 @@ class CostLimit(ValidationRule):
             ))
 
 
-def _cost(selection: SelectionSetNode | None, fragments: dict[str, FragmentDefinitionNode],
-          seen: set[str]) -> int:
+def _measure(selection: SelectionSetNode | None,
+             fragments: dict[str, FragmentDefinitionNode], seen: set[str]) -> tuple[int, int]:
+    """(depth, cost) of a selection set, fragments spread in place."""
     if selection is None:
-        return 0
-    total = 0
+        return 0, 0
+    depth = cost = 0
     for node in selection.selections:
         if isinstance(node, FieldNode):
-            inner = _cost(node.selection_set, fragments, seen)
+            inner_depth, inner_cost = _measure(node.selection_set, fragments, seen)
+            depth = max(depth, 1 + inner_depth)
             if node.selection_set is not None:
-                total += _multiplier(node) * (1 + inner)
-        elif isinstance(node, InlineFragmentNode):
-            total += _cost(node.selection_set, fragments, seen)
+                cost += _multiplier(node) * (1 + inner_cost)
+            continue
+        if isinstance(node, InlineFragmentNode):
+            inner, within = node.selection_set, seen
         elif isinstance(node, FragmentSpreadNode):
             name = node.name.value
-            if name in fragments and name not in seen:  # cycles are NoFragmentCycles' job
-                total += _cost(fragments[name].selection_set, fragments, seen | {name})
-    return total
-
-
-def _depth(selection: SelectionSetNode | None, fragments: dict[str, FragmentDefinitionNode],
-           seen: set[str]) -> int:
-    if selection is None:
-        return 0
-    deepest = 0
-    for node in selection.selections:
-        if isinstance(node, FieldNode):
-            deepest = max(deepest, 1 + _depth(node.selection_set, fragments, seen))
-        elif isinstance(node, InlineFragmentNode):
-            deepest = max(deepest, _depth(node.selection_set, fragments, seen))
-        elif isinstance(node, FragmentSpreadNode):
-            name = node.name.value
-            if name in fragments and name not in seen:
-                deepest = max(deepest,
-                              _depth(fragments[name].selection_set, fragments, seen | {name}))
-    return deepest
+            if name not in fragments or name in seen:  # cycles are NoFragmentCycles' job
+                continue
+            inner, within = fragments[name].selection_set, seen | {name}
+        else:
+            continue
+        inner_depth, inner_cost = _measure(inner, fragments, within)
+        depth, cost = max(depth, inner_depth), cost + inner_cost
+    return depth, cost
 
 
 def _multiplier(node: FieldNode) -> int:
