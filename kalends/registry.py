@@ -411,8 +411,10 @@ def _selection_schema(
         # A field under @include/@skip appears only when asked for (`expand`).
         if not node.directives:
             required.append(key)
+    # The title names the GraphQL type: the OpenAPI document shares one component per
+    # resource by it (rest_bridge/openapi.py).
     return {
-        "type": "object", "properties": properties,
+        "title": parent.name, "type": "object", "properties": properties,
         "required": required, "additionalProperties": False,
     }
 

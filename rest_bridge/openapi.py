@@ -25,8 +25,12 @@ _RATE_LIMIT_HEADERS: dict[str, Any] = {
 def document() -> dict[str, Any]:
     schemas: dict[str, Any] = {"ErrorEnvelope": _error_envelope()}
     paths: dict[str, dict[str, Any]] = {}
+    resources = _Resources()
     for op in OPERATIONS.values():
-        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, schemas)
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, schemas, resources)
+    clash = set(schemas) & set(resources.schemas)
+    assert not clash, f"response and request schemas share names: {clash}"
+    schemas.update(resources.schemas)
     return honest_defaults({
         "openapi": "3.1.0",
         "info": {
@@ -67,14 +71,66 @@ def document() -> dict[str, Any]:
     })
 
 
-def _operation(op: Operation, schemas: dict[str, Any]) -> dict[str, Any]:
+class _Resources:
+    """Response objects as shared components, one per GraphQL type (Event, Profile,
+    EventPage, ...), so that generated clients get one model per resource.
+
+    Selections of a type that differ only by optional keys (an event's `expand`
+    keys) share one component holding them all, optional; a selection that really
+    differs (a partial one) gets a component of its own, numbered."""
+
+    def __init__(self) -> None:
+        self.schemas: dict[str, dict[str, Any]] = {}
+
+    def shared(self, schema: Any) -> Any:
+        """`schema` with every titled object replaced by a `$ref` to its component."""
+        if isinstance(schema, list):
+            return [self.shared(item) for item in schema]
+        if not isinstance(schema, dict):
+            return schema
+        out = {key: self.shared(value) for key, value in schema.items()}
+        kind = out.get("type")
+        if "title" not in out or "properties" not in out:
+            return out
+        nullable = isinstance(kind, list)
+        component = {**out, "type": "object"}
+        ref = {"$ref": _REF.format(model=self._name(component))}
+        return {"anyOf": [ref, {"type": "null"}]} if nullable else ref
+
+    def _name(self, schema: dict[str, Any]) -> str:
+        base = str(schema.pop("title"))
+        name, n = base, 1
+        while name in self.schemas:
+            merged = _merged(self.schemas[name], schema)
+            if merged is not None:
+                self.schemas[name] = merged
+                return name
+            n += 1
+            name = f"{base}{n}"
+        self.schemas[name] = schema
+        return name
+
+
+def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """One schema for both, when they differ only by optional keys; else None."""
+    if set(a["required"]) != set(b["required"]):
+        return None
+    props = {**a["properties"]}
+    for key, value in b["properties"].items():
+        if key in props and props[key] != value:
+            return None
+        props[key] = value
+    return {**a, "properties": props}
+
+
+def _operation(op: Operation, schemas: dict[str, Any], resources: _Resources) -> dict[str, Any]:
     out: dict[str, Any] = {
         "operationId": op.name,
         "summary": op.summary,
         "description": op.mcp.description,
         "tags": [op.tag],
         "parameters": _parameters(op),
-        "responses": _responses(op),
+        "responses": _responses(op, resources),
     }
     if op.body is not None:
         body = op.body.model_json_schema(ref_template=_REF)
@@ -123,7 +179,7 @@ def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
     return dict(schema)
 
 
-def _responses(op: Operation) -> dict[str, Any]:
+def _responses(op: Operation, resources: _Resources) -> dict[str, Any]:
     headers: dict[str, Any] = {"X-Request-Id": {"schema": {"type": "string"}},
                                **_RATE_LIMIT_HEADERS}
     success: dict[str, Any] = {"description": op.summary, "headers": headers}
@@ -131,7 +187,8 @@ def _responses(op: Operation) -> dict[str, Any]:
         headers["Location"] = {"schema": {"type": "string"},
                                "description": "Path of the created resource."}
     if op.response_schema is not None:
-        success["content"] = {"application/json": {"schema": op.response_schema}}
+        success["content"] = {"application/json": {
+            "schema": resources.shared(op.response_schema)}}
     responses: dict[str, Any] = {str(op.status): success}
     if op.created is not None:  # the same body when an existing resource is replaced
         replaced = {k: v for k, v in success.items() if k != "headers"}

@@ -119,6 +119,30 @@ def test_openapi_spec_validator_finds_nothing(document: dict[str, Any]) -> None:
     assert errors == []
 
 
+def test_a_generated_client_has_one_model_per_resource(document: dict[str, Any],
+                                                       tmp_path: Path) -> None:
+    """Resources are shared components: openapi-python-client makes one `Event` model
+    (not GetEventResponse200, ListEventsResponse200DataItem, ...)."""
+    import subprocess
+
+    spec = tmp_path / "openapi.json"
+    spec.write_text(json.dumps(document), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "openapi_python_client", "generate", "--path", str(spec),
+         "--output-path", str(tmp_path / "client"), "--meta", "none"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Warning" not in done.stdout + done.stderr, done.stdout + done.stderr
+    models = {p.stem for p in (tmp_path / "client" / "models").glob("*.py")} - {"__init__"}
+    assert "event" in models and "profile" in models and "event_page" in models
+    assert [m for m in models if "response" in m] == []
+    # One Event: what each event operation answers is that one component.
+    for name in ("getEvent", "createEvent", "updateEvent", "cancelEvent"):
+        [op] = [o for _, _, o in _operations(document) if o["operationId"] == name]
+        assert op["responses"]["200" if name != "createEvent" else "201"]["content"][
+            "application/json"]["schema"] == {"$ref": "#/components/schemas/Event"}, name
+
+
 def _defaults(schema: Any, where: str) -> Iterator[tuple[str, Any, Any]]:
     if isinstance(schema, dict):
         if "default" in schema:
