@@ -72,7 +72,8 @@ async def create_user(
     }
 
 
-async def _user(db: Database, email: str) -> asyncpg.Record:
+async def find_user(db: Database, email: str) -> asyncpg.Record:
+    """The user with this email, or AdminError."""
     row = await accounts.user_by_email(db, email)
     if row is None:
         raise AdminError(f"no user with email {email!r}")
@@ -80,7 +81,7 @@ async def _user(db: Database, email: str) -> asyncpg.Record:
 
 
 async def create_key(db: Database, email: str) -> dict[str, Any]:
-    user = await _user(db, email)
+    user = await find_user(db, email)
     consumer = await accounts.consumer_of_user(db, user["id"])
     if consumer is None:  # a user whose consumer was removed gets a fresh one
         name = _consumer_name_for(email)
@@ -106,7 +107,7 @@ async def create_consumer(db: Database, name: str) -> dict[str, Any]:
 
 
 async def claim_consumer(db: Database, name: str, email: str) -> dict[str, Any]:
-    user = await _user(db, email)
+    user = await find_user(db, email)
     if await accounts.consumer(db, name) is None:
         raise AdminError(f"no consumer named {name!r}")
     if not await accounts.claim_consumer(db, name, user["id"]):
@@ -121,7 +122,7 @@ async def create_organization(
         raise AdminError("an organization needs a name")
     if handle is not None and not _HANDLE.match(handle):
         raise AdminError("a handle is 3 to 64 letters, digits, '_', '.' or '-'")
-    owner = await _user(db, owner_email)
+    owner = await find_user(db, owner_email)
     org_id = ids.new_id("org")
     try:
         async with db.transaction() as tx:
@@ -140,7 +141,7 @@ async def add_member(db: Database, organization: str, email: str, role: str) -> 
     org_id = organization.lower()
     if not await organizations.exists(db, org_id):
         raise AdminError(f"no organization {org_id}")
-    user = await _user(db, email)
+    user = await find_user(db, email)
     current = await organizations.membership(db, org_id, user["id"])
     if current is not None and current["is_default"] and role != "owner":
         raise AdminError("a user stays the owner of their default organization")
@@ -151,7 +152,7 @@ async def add_member(db: Database, organization: str, email: str, role: str) -> 
 async def create_calendar(db: Database, email: str, name: str) -> dict[str, Any]:
     if not name.strip():
         raise AdminError("a calendar needs a name")
-    user = await _user(db, email)
+    user = await find_user(db, email)
     cal_id = ids.new_id("cal")
     await calendars.insert(db, cal_id, user["id"], name)
     return {"calendar_id": cal_id}

@@ -16,6 +16,7 @@ from graph.context import Services
 from graph.http import KalendsGraphQLView
 from graph.schema import schema
 from kalends import config, jobs, metrics, registry, sync
+from kalends.connected.engine import connected_jobs
 from kalends.draining import Drain
 from kalends.errors import ApiError
 from kalends.pagination import Cursors
@@ -51,11 +52,13 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
         if run_jobs if run_jobs is not None else settings.jobs_in_process:
             # A pool of its own: jobs never take the connections requests need.
             jobs_db = await Database.connect(dsn, min_size=1, max_size=4)
-            worker = jobs.Worker(jobs_db, dsn, sync.HANDLERS, settings.job_heartbeat)
-            task = asyncio.create_task(worker.run())
-            yield
-            worker.stop()
-            await jobs.finish(task)
+            async with connected_jobs(jobs_db, settings) as handlers:
+                worker = jobs.Worker(jobs_db, dsn, sync.HANDLERS | handlers,
+                                     settings.job_heartbeat)
+                task = asyncio.create_task(worker.run())
+                yield
+                worker.stop()
+                await jobs.finish(task)
             await jobs_db.close()
         else:
             yield

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import getpass
 import logging
 import os
 import shutil
@@ -24,6 +25,8 @@ from db import backup, embedded
 from db.database import Database
 from db.migrate import migrate
 from kalends import accounts, config, logs
+from kalends.connected import admin as connected_admin
+from kalends.connected.provider import PROVIDERS
 
 
 @contextmanager
@@ -205,16 +208,18 @@ def _worker(args: argparse.Namespace) -> int:
 
 async def _run_worker(dsn: str, settings: config.Settings) -> None:
     from kalends import jobs, sync
+    from kalends.connected.engine import connected_jobs
 
     await migrate(dsn)
     db = await Database.connect(dsn, min_size=1, max_size=20)
-    worker = jobs.Worker(db, dsn, sync.HANDLERS, settings.job_heartbeat)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, worker.stop)
-    logging.getLogger("kalends").info("worker started", extra={"pid": os.getpid()})
     try:
-        await worker.run()
+        async with connected_jobs(db, settings) as handlers:
+            worker = jobs.Worker(db, dsn, sync.HANDLERS | handlers, settings.job_heartbeat)
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, worker.stop)
+            logging.getLogger("kalends").info("worker started", extra={"pid": os.getpid()})
+            await worker.run()
     finally:
         await db.close()
 
@@ -355,7 +360,38 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--email", required=True)
     p.add_argument("--name", required=True)
     p.set_defaults(func=_admin(lambda db, a: accounts.create_calendar(db, a.email, a.name)))
+
+    p = asub.add_parser("connect-calendars", help="connect an external account; the secret "
+                        "(app-specific password or OAuth refresh token) is read from stdin")
+    p.add_argument("--email", required=True)
+    p.add_argument("--provider", required=True, choices=PROVIDERS)
+    p.add_argument("--url")
+    p.add_argument("--username")
+    p.set_defaults(func=_admin(lambda db, a: connected_admin.connect(
+        db, _settings(), a.email, a.provider, a.url, a.username, _read_secret())))
+
+    p = asub.add_parser("disconnect-calendars")
+    p.add_argument("--account", required=True)
+    p.set_defaults(func=_admin(lambda db, a: connected_admin.disconnect(
+        db, _settings(), a.account)))
+
+    p = asub.add_parser("sync-calendars")
+    p.add_argument("--account")
+    p.set_defaults(func=_admin(lambda db, a: connected_admin.sync_now(db, a.account)))
+
+    p = asub.add_parser("select-calendar")
+    p.add_argument("--id", required=True)
+    p.add_argument("--selected", required=True, choices=("true", "false"))
+    p.set_defaults(func=_admin(lambda db, a: connected_admin.select(db, a.id, a.selected)))
     return parser
+
+
+def _read_secret() -> str:
+    """The secret from standard input, never from the command line (where other
+    users' `ps` would show it): typed at a prompt without echo, or piped."""
+    if sys.stdin.isatty():
+        return getpass.getpass("secret: ").strip()
+    return sys.stdin.readline().strip()
 
 
 def main(argv: list[str] | None = None) -> int:

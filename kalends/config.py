@@ -7,12 +7,16 @@ and what it should hold, instead of failing later inside a request.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlsplit
+
+from kalends.connected.provider import ProviderSettings
 
 
 class ConfigError(ValueError):
@@ -51,6 +55,11 @@ class Settings:
     drain_seconds: float = 0.0
     """After SIGTERM, keep serving (with /readyz at 503) at least this long, so that a
     load balancer stops sending requests before the port closes."""
+    secret_key: str | None = None
+    """Encrypts connected accounts' secrets; else a key file in KALENDS_DATA_DIR."""
+    sync_interval: timedelta = timedelta(seconds=300)
+    """How often each connected account is synced."""
+    providers: ProviderSettings = field(default_factory=ProviderSettings)
 
 
 DEFAULTS = Settings()
@@ -72,7 +81,50 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
             env, "KALENDS_RATE_LIMIT_ANONYMOUS", DEFAULTS.anonymous_rate_limit),
         metrics_token=_token(env, "KALENDS_METRICS_TOKEN"),
         drain_seconds=_drain(env, "KALENDS_DRAIN_SECONDS"),
+        secret_key=_secret_key(env, "KALENDS_SECRET_KEY"),
+        sync_interval=_seconds(env, "KALENDS_SYNC_INTERVAL_SECONDS", DEFAULTS.sync_interval),
+        providers=_providers(env),
     )
+
+
+# Provider endpoints and OAuth clients: the real services by default, fakes in tests.
+_PROVIDER_URLS = {
+    "caldav_url": "KALENDS_CALDAV_URL",
+    "google_api_url": "KALENDS_GOOGLE_API_URL",
+    "google_token_url": "KALENDS_GOOGLE_TOKEN_URL",
+    "microsoft_api_url": "KALENDS_MICROSOFT_API_URL",
+    "microsoft_token_url": "KALENDS_MICROSOFT_TOKEN_URL",
+}
+_PROVIDER_CLIENTS = {
+    "google_client_id": "KALENDS_GOOGLE_CLIENT_ID",
+    "google_client_secret": "KALENDS_GOOGLE_CLIENT_SECRET",
+    "microsoft_client_id": "KALENDS_MICROSOFT_CLIENT_ID",
+    "microsoft_client_secret": "KALENDS_MICROSOFT_CLIENT_SECRET",
+}
+
+
+def _providers(env: Mapping[str, str]) -> ProviderSettings:
+    values: dict[str, Any] = {}
+    for key, name in _PROVIDER_URLS.items():
+        value = env.get(name, "").strip()
+        if value:
+            if urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname:
+                raise _invalid(name, value, "an http(s) URL")
+            values[key] = value.rstrip("/")
+    for key, name in _PROVIDER_CLIENTS.items():
+        if env.get(name, "").strip():
+            values[key] = env[name].strip()
+    return dataclasses.replace(ProviderSettings(), **values)
+
+
+def _secret_key(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    if not value:
+        return None
+    if len(value) < 32 or not value.isprintable() or value != value.strip():
+        # Not echoed: it is a secret.
+        raise ConfigError(f"{name} is not valid: expected at least 32 printable characters")
+    return value
 
 
 def _invalid(name: str, value: str, expected: str) -> ConfigError:

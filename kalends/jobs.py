@@ -30,10 +30,12 @@ log = logging.getLogger("kalends.jobs")
 Handler = Callable[[Database, dict[str, Any]], Awaitable[None]]
 
 
-async def enqueue(tx: Tx, entrypoint: str, payload: dict[str, Any]) -> None:
-    """Queue a job; it becomes visible to workers when `tx` commits."""
+async def enqueue(tx: Tx, entrypoint: str, payload: dict[str, Any],
+                  after: timedelta | None = None) -> None:
+    """Queue a job; it becomes visible to workers when `tx` commits (and
+    `after` has passed)."""
     queries = Queries.from_asyncpg_connection(tx.connection)
-    await queries.enqueue(entrypoint, orjson.dumps(payload))
+    await queries.enqueue(entrypoint, orjson.dumps(payload), execute_after=after)
 
 
 def _retrying(parameters: EntrypointExecutorParameters) -> AbstractEntrypointExecutor:

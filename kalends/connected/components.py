@@ -1,0 +1,214 @@
+"""Components stored and read back: the `times` JSON of `external_events`, the
+keys that match an override to the occurrence it replaces, the span index, and
+the component Kalends pushes for one of its own events.
+
+Moments keep the provider's kind: a date (all-day), a wall-clock time in a
+named zone, a floating wall-clock time (no zone: the same clock reading in
+every zone), or a UTC instant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+
+from kalends import times
+from kalends.connected.provider import Component, Moment
+
+# No zone is further than this from UTC: floating times and dates are stored
+# with their span widened by it, so the window query never misses one.
+_WIDEST_OFFSET = timedelta(hours=14)
+UID_SUFFIX = "@kalends"
+_UTC_ZONE = ZoneInfo("UTC")
+
+
+def moment_text(m: Moment) -> str:
+    if isinstance(m, datetime):
+        if m.tzinfo is not None:
+            return times.utc_text(m)
+        return m.replace(microsecond=0).isoformat()
+    return m.isoformat()
+
+
+def parse_moment(text: str) -> Moment:
+    if len(text) == 10:
+        return date.fromisoformat(text)
+    if text.endswith("Z"):
+        return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
+    return datetime.fromisoformat(text)
+
+
+def zone_of(name: str | None) -> ZoneInfo | None:
+    """The zone a provider named, or None when it is not one zoneinfo knows (the
+    time is then read as floating rather than dropped)."""
+    if not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+def instant(m: Moment, zone: str | None, floating_in: ZoneInfo = _UTC_ZONE) -> datetime:
+    """The UTC instant of a moment; floating times and dates in `floating_in`."""
+    if isinstance(m, datetime):
+        if m.tzinfo is not None:
+            return m.astimezone(UTC)
+        return wall_instant(m, zone_of(zone) or floating_in)
+    return wall_instant(datetime.combine(m, datetime.min.time()), floating_in)
+
+
+def wall_instant(wall: datetime, tz: ZoneInfo) -> datetime:
+    # fold=0: the first of a repeated wall time; a wall time in a DST gap takes
+    # the offset before the transition, landing after the gap (RFC 5545 3.3.5).
+    return wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+
+
+def is_floating(m: Moment, zone: str | None) -> bool:
+    if isinstance(m, datetime):
+        return m.tzinfo is None and zone_of(zone) is None
+    return True
+
+
+def slot_key(m: Moment, zone: str | None) -> str:
+    """The key of an original start: matches RECURRENCE-ID and EXDATE values to
+    occurrences whatever zone each was written in."""
+    if not isinstance(m, datetime):
+        return m.strftime("%Y%m%d") if m.year >= 1000 else m.isoformat().replace("-", "")
+    if is_floating(m, zone):
+        return times.compact_utc(m.replace(tzinfo=UTC)).removesuffix("Z")
+    return times.compact_utc(instant(m, zone))
+
+
+def times_json(c: Component) -> dict[str, Any]:
+    return {
+        "start": moment_text(c.start),
+        "zone": c.zone,
+        "end": None if c.end is None else moment_text(c.end),
+        "end_zone": c.end_zone,
+        "rrule": c.rrule,
+        "rdates": [moment_text(m) for m in c.rdates],
+        "exdates": [moment_text(m) for m in c.exdates],
+        "recurrence_id": None if c.recurrence_id is None else moment_text(c.recurrence_id),
+    }
+
+
+def from_row(row: Mapping[str, Any]) -> Component:
+    """A stored `external_events` row as the component it was made from."""
+    t = row["times"]
+    if isinstance(t, (str, bytes)):
+        t = orjson.loads(t)
+    return Component(
+        uid=row["uid"],
+        start=parse_moment(t["start"]),
+        zone=t["zone"],
+        end=None if t["end"] is None else parse_moment(t["end"]),
+        end_zone=t["end_zone"],
+        title=row["title"],
+        description=row["description"],
+        location=row["location"],
+        recurrence_id=None if t["recurrence_id"] is None else parse_moment(t["recurrence_id"]),
+        rrule=t["rrule"],
+        rdates=tuple(parse_moment(m) for m in t["rdates"]),
+        exdates=tuple(parse_moment(m) for m in t["exdates"]),
+        cancelled=row["cancelled"],
+        transparent=row["transparent"],
+    )
+
+
+def recurrence_key(c: Component) -> str:
+    return "" if c.recurrence_id is None else slot_key(c.recurrence_id, c.zone)
+
+
+def span(c: Component) -> tuple[datetime, datetime | None]:
+    """Bounds every occurrence of `c` lies within (None: unbounded), for the
+    agenda's window query. An override also covers the slot it replaces, so
+    that a window holding only the original slot still finds it."""
+    start = instant(c.start, c.zone)
+    end = _end_instant(c, start)
+    firsts, lasts = [start], [end]
+    for m in c.rdates:
+        s = instant(m, c.zone)
+        firsts.append(s)
+        lasts.append(s + (end - start))
+    if c.recurrence_id is not None:
+        original = instant(c.recurrence_id, c.zone)
+        firsts.append(original)
+        lasts.append(original + (end - start) + timedelta(days=1))
+    floating = is_floating(c.start, c.zone) or (
+        c.recurrence_id is not None and is_floating(c.recurrence_id, c.zone))
+    margin = _WIDEST_OFFSET if floating else timedelta()
+    last: datetime | None = max(lasts) + margin
+    if c.rrule is not None:
+        last = _until(c.rrule, margin + (end - start))
+    return min(firsts) - margin, last
+
+
+def _end_instant(c: Component, start: datetime) -> datetime:
+    if c.end is not None:
+        return max(instant(c.end, c.end_zone or c.zone), start)
+    if not isinstance(c.start, datetime):
+        return start + timedelta(days=1)
+    return start
+
+
+def _until(rule: str, margin: timedelta) -> datetime | None:
+    """Where a rule with UNTIL stops (plus `margin`); None for any other rule."""
+    for part in rule.upper().split(";"):
+        name, _, value = part.partition("=")
+        if name != "UNTIL":
+            continue
+        try:
+            if len(value) == 8:
+                return datetime.strptime(value, "%Y%m%d").replace(tzinfo=UTC) + margin \
+                    + _WIDEST_OFFSET + timedelta(days=1)
+            return datetime.strptime(value.rstrip("Z"), "%Y%m%dT%H%M%S").replace(
+                tzinfo=UTC) + margin + _WIDEST_OFFSET
+        except ValueError:
+            return None
+    return None
+
+
+def digest(c: Component) -> str:
+    """What a pushed copy holds, as a hash: unchanged events are not written again."""
+    fields = times_json(c) | {
+        "uid": c.uid, "title": c.title, "description": c.description, "location": c.location,
+        "cancelled": c.cancelled, "transparent": c.transparent, "sequence": c.sequence,
+    }
+    return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def of_event(row: Mapping[str, Any], sequence: int = 0) -> Component:
+    """The component Kalends pushes for one of its events (an `events` row)."""
+    start: Moment
+    end: Moment | None
+    if row["is_all_day"]:
+        start, end = row["start_date"], row["end_date"]
+        zone = end_zone = None
+    else:
+        zone = row["start_timezone"]
+        start = row["start_time"].astimezone(ZoneInfo(zone)).replace(tzinfo=None)
+        end_zone = row["end_timezone"] or zone
+        end = None if row["end_time"] is None else \
+            row["end_time"].astimezone(ZoneInfo(end_zone)).replace(tzinfo=None)
+    return Component(
+        uid=row["id"] + UID_SUFFIX,
+        start=start, zone=zone, end=end, end_zone=end_zone if end is not None else None,
+        title=row["title"], description=row["description"], location=row["location"],
+        rrule=row["recurrence_rule"], cancelled=row["status"] == "cancelled",
+        transparent=row["transparency"] == "transparent", sequence=sequence,
+    )
+
+
+def mirrored_event(uid: str) -> str | None:
+    """The Kalends event a pushed copy's UID names, if it names one."""
+    if uid.endswith(UID_SUFFIX):
+        event_id = uid.removesuffix(UID_SUFFIX).lower()
+        if event_id.startswith("evt_") and len(event_id) == 36:
+            return event_id
+    return None

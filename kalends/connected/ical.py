@@ -1,0 +1,144 @@
+"""iCalendar (RFC 5545) in and out, through the `icalendar` package: VEVENTs
+read into components with their times as written, and one component written
+as a VCALENDAR with the VTIMEZONEs it uses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import icalendar
+
+from kalends.connected.provider import Component, Moment
+
+log = logging.getLogger("kalends.connected")
+
+PRODID = "-//Kalends//Connected calendars//EN"
+
+
+def parse(text: str | bytes) -> tuple[Component, ...]:
+    """Every VEVENT of an iCalendar object; () for one that cannot be read (it is
+    logged, and the rest of the calendar still syncs)."""
+    try:
+        calendar = icalendar.Calendar.from_ical(text)
+    except ValueError as exc:
+        log.warning("unreadable iCalendar object skipped: %s", exc)
+        return ()
+    found = []
+    for event in calendar.walk("VEVENT"):
+        try:
+            found.append(_component(event))
+        except (KeyError, ValueError, TypeError) as exc:
+            log.warning("unreadable VEVENT %s skipped: %s", event.get("UID"), exc)
+    return tuple(found)
+
+
+def _component(event: Any) -> Component:
+    # Any: the properties' own types are a union of every value type.
+    start, zone = _moment(event["DTSTART"])
+    end: Moment | None = None
+    end_zone: str | None = None
+    if "DTEND" in event:
+        end, end_zone = _moment(event["DTEND"])
+    elif "DURATION" in event:
+        duration: timedelta = event["DURATION"].dt
+        end, end_zone = start + duration, zone
+    recurrence_id = None
+    if "RECURRENCE-ID" in event:
+        recurrence_id, _ = _moment(event["RECURRENCE-ID"])
+    rrule = event.get("RRULE")
+    return Component(
+        uid=str(event["UID"]),
+        start=start, zone=zone, end=end, end_zone=end_zone,
+        title=str(event.get("SUMMARY", "")),
+        description=_text(event.get("DESCRIPTION")),
+        location=_text(event.get("LOCATION")),
+        recurrence_id=recurrence_id,
+        rrule=None if rrule is None else _first(rrule).to_ical().decode(),
+        rdates=tuple(_dates(event.get("RDATE"))),
+        exdates=tuple(_dates(event.get("EXDATE"))),
+        cancelled=str(event.get("STATUS", "")).upper() == "CANCELLED",
+        transparent=str(event.get("TRANSP", "")).upper() == "TRANSPARENT",
+        sequence=int(event.get("SEQUENCE", 0)),
+    )
+
+
+def _first(value: Any) -> Any:
+    return value[0] if isinstance(value, list) else value
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _moment(prop: Any) -> tuple[Moment, str | None]:
+    return _split(prop.dt, prop.params.get("TZID"))
+
+
+def _split(value: Any, tzid: str | None) -> tuple[Moment, str | None]:
+    """(moment, zone name): wall clock in an IANA zone, a UTC instant, floating or a date."""
+    if not isinstance(value, datetime):
+        if isinstance(value, date):
+            return value, None
+        raise ValueError(f"not a date or date-time: {value!r}")
+    tz = value.tzinfo
+    if tz is None:
+        return value, None
+    if isinstance(tz, ZoneInfo) and tz.key != "UTC":
+        return value.replace(tzinfo=None), tz.key
+    # UTC, or a zone only its VTIMEZONE defines: the instant is exact either way.
+    return value.astimezone(UTC), None
+
+
+def _dates(prop: Any) -> Iterable[Moment]:
+    if prop is None:
+        return
+    for entry in prop if isinstance(prop, list) else [prop]:
+        tzid = entry.params.get("TZID")
+        for value in entry.dts:
+            if isinstance(value.dt, tuple):  # a PERIOD: its start
+                moment, _ = _split(value.dt[0], tzid)
+            else:
+                moment, _ = _split(value.dt, tzid)
+            yield moment
+
+
+def serialize(c: Component) -> bytes:
+    """One VCALENDAR holding `c`, with the VTIMEZONEs its times use."""
+    calendar = icalendar.Calendar()
+    calendar.add("prodid", PRODID)
+    calendar.add("version", "2.0")
+    event = icalendar.Event()
+    event.add("uid", c.uid)
+    event.add("dtstamp", datetime.now(UTC).replace(microsecond=0))
+    event.add("dtstart", _aware(c.start, c.zone))
+    if c.end is not None:
+        event.add("dtend", _aware(c.end, c.end_zone or c.zone))
+    event.add("summary", c.title)
+    if c.description:
+        event.add("description", c.description)
+    if c.location:
+        event.add("location", c.location)
+    if c.rrule:
+        event.add("rrule", icalendar.vRecur.from_ical(c.rrule))
+    if c.exdates:
+        event.add("exdate", [_aware(m, c.zone) for m in c.exdates])
+    if c.rdates:
+        event.add("rdate", [_aware(m, c.zone) for m in c.rdates])
+    if c.recurrence_id is not None:
+        event.add("recurrence-id", _aware(c.recurrence_id, c.zone))
+    event.add("status", "CANCELLED" if c.cancelled else "CONFIRMED")
+    event.add("transp", "TRANSPARENT" if c.transparent else "OPAQUE")
+    event.add("sequence", c.sequence)
+    calendar.add_component(event)
+    calendar.add_missing_timezones()
+    return bytes(calendar.to_ical())
+
+
+def _aware(m: Moment, zone: str | None) -> Moment:
+    if isinstance(m, datetime) and m.tzinfo is None and zone:
+        return m.replace(tzinfo=ZoneInfo(zone))
+    return m
