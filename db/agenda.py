@@ -13,24 +13,17 @@ from db import visibility
 from db.database import Database
 
 
-async def calendars(
-    db: Database, user_id: str, calendar_ids: Sequence[str] | None,
-    external_ids: Sequence[str],
-) -> list[asyncpg.Record]:
-    """The user's personal calendars among `calendar_ids` (all of them when None)
-    and the user's connected calendars among `external_ids`, oldest first."""
+async def calendars(db: Database, user_id: str, calendar_ids: Sequence[str] | None
+                    ) -> list[asyncpg.Record]:
+    """The user's personal calendars among `calendar_ids` (all of them when None)."""
     return await db.fetch(
         """
         SELECT id, name, 'kalends' AS provider, created_at
         FROM calendars
         WHERE user_id = $1 AND ($2::text[] IS NULL OR id = ANY($2::text[]))
-        UNION ALL
-        SELECT id, name, provider, created_at
-        FROM external_calendars
-        WHERE user_id = $1 AND id = ANY($3::text[])
         ORDER BY created_at, id
         """,
-        user_id, None if calendar_ids is None else list(calendar_ids), list(external_ids),
+        user_id, None if calendar_ids is None else list(calendar_ids),
     )
 
 

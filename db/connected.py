@@ -388,7 +388,7 @@ async def targets_of_events(db: Conn, event_ids: Sequence[str]) -> list[str]:
         JOIN subscriptions s ON s.profile_id = e.profile_id
           OR s.series_id IN (SELECT se.series_id FROM series_events se WHERE se.event_id = e.id)
         JOIN external_calendars xc ON xc.id = ANY(s.external_calendar_ids)
-        WHERE e.id = ANY($1::text[])
+        WHERE e.id = ANY($1::text[]) AND s.external_calendar_ids <> '{}'
         UNION
         SELECT xc.account_id FROM external_pushes p
         JOIN external_calendars xc ON xc.id = p.calendar_id
@@ -399,13 +399,7 @@ async def targets_of_events(db: Conn, event_ids: Sequence[str]) -> list[str]:
     return [r[0] for r in rows]
 
 
-async def targets_of_subscription(db: Conn, subscription_id: str) -> list[str]:
+async def accounts_of_user(db: Conn, user_id: str) -> list[str]:
     rows = await db.fetch(
-        """
-        SELECT DISTINCT xc.account_id FROM subscriptions s
-        JOIN external_calendars xc ON xc.id = ANY(s.external_calendar_ids)
-        WHERE s.id = $1
-        """,
-        subscription_id,
-    )
+        "SELECT id FROM external_accounts WHERE user_id = $1 AND status <> 'disabled'", user_id)
     return [r[0] for r in rows]

@@ -142,10 +142,11 @@ async def retire(tx: Tx, child_ids: list[str], into: str, external_calendar_ids:
     await tx.execute("DELETE FROM subscriptions WHERE id = ANY($1::text[])", child_ids)
 
 
-async def external_calendars_of(db: Database, ids: Sequence[str], user_id: str) -> set[str]:
-    """Those of `ids` that are the user's connected calendars."""
+async def external_calendars_of(db: Database, ids: Sequence[str], user_id: str
+                                ) -> dict[str, bool | None]:
+    """Those of `ids` that are the user's connected calendars, with `can_edit`."""
     rows = await db.fetch(
-        "SELECT id FROM external_calendars WHERE id = ANY($1::text[]) AND user_id = $2",
+        "SELECT id, can_edit FROM external_calendars WHERE id = ANY($1::text[]) AND user_id = $2",
         list(ids), user_id,
     )
-    return {r["id"] for r in rows}
+    return {r["id"]: r["can_edit"] for r in rows}

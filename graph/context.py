@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from graphql import GraphQLSchema
 
@@ -19,6 +20,8 @@ class Services:
     db: Database
     cursors: Cursors
     schema: GraphQLSchema
+    sync_interval: timedelta = timedelta(seconds=300)
+    """Connected calendars' sync interval: the agenda's `sync_stale` threshold."""
 
 
 @dataclass

@@ -13,6 +13,7 @@ from graph import limits
 from graph.agenda import AgendaQueries
 from graph.calendars import CalendarMutations, CalendarQueries
 from graph.events import EventMutations, EventQueries
+from graph.external_calendars import ExternalCalendarQueries
 from graph.follows import FollowMutations, FollowQueries
 from graph.organizations import OrganizationQueries
 from graph.profiles import ProfileMutations, ProfileQueries
@@ -26,7 +27,8 @@ from kalends.errors import ApiError
 
 @strawberry.type
 class Query(OrganizationQueries, ProfileQueries, EventQueries, SeriesQueries, RsvpQueries,
-            FollowQueries, CalendarQueries, SubscriptionQueries, AgendaQueries, SearchQueries):
+            FollowQueries, CalendarQueries, ExternalCalendarQueries, SubscriptionQueries,
+            AgendaQueries, SearchQueries):
     pass
 
 

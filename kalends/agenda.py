@@ -15,16 +15,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Literal, NamedTuple
 from zoneinfo import ZoneInfo
 
 import asyncpg
 
 from db import agenda as store
+from db import connected as connected_store
 from db.database import Database
 from kalends import ids, recurrence, times
 from kalends.auth import Viewer
+from kalends.connected import occurrences, sync_state
 from kalends.errors import ApiError
 
 log = logging.getLogger("kalends.agenda")
@@ -72,7 +74,7 @@ class Item:
     busy: bool
     is_recurring: bool
     profile: ProfileRef | None
-    source_type: Literal["personal", "subscription"]
+    source_type: Literal["personal", "subscription", "external"]
     subscription_id: str | None
     start_date: date | None
     end_date: date | None
@@ -186,32 +188,43 @@ def parse_calendar_ids(values: Sequence[str] | None) -> list[str] | None:
 
 async def build(
     db: Database, viewer: Viewer, *, date_text: str | None, days: int, timezone: str | None,
-    calendar_ids: Sequence[str] | None,
+    calendar_ids: Sequence[str] | None, sync_interval: timedelta = timedelta(seconds=300),
 ) -> Agenda:
     tz = resolve_zone(timezone, viewer.timezone)
     w = window(tz, date_text, days)
     requested = parse_calendar_ids(calendar_ids)
     if requested is None:
-        rows = await store.calendars(db, viewer.user_id, None, [])
+        rows = [*await store.calendars(db, viewer.user_id, None),
+                *await connected_store.agenda_calendars(db, viewer.user_id, None)]
+        rows.sort(key=lambda r: (r["created_at"], r["id"]))
     else:
-        rows = await store.calendars(
-            db, viewer.user_id, [c for c in requested if c.startswith("cal_")],
-            [c for c in requested if c.startswith("xcal_")],
-        )
+        wanted_personal = [c for c in requested if c.startswith("cal_")]
+        wanted_external = [c for c in requested if c.startswith("xcal_")]
+        rows = [
+            *(await store.calendars(db, viewer.user_id, wanted_personal)
+              if wanted_personal else []),
+            *(await connected_store.agenda_calendars(db, viewer.user_id, wanted_external)
+              if wanted_external else []),
+        ]
         rows = _in_requested_order(rows, requested)
-    sources = [_source(r) for r in rows]
+    now = datetime.now(UTC)
+    sources, warnings = [], []
+    for row in rows:
+        if row["provider"] == PROVIDER:
+            sources.append(Source(row["id"], row["name"], PROVIDER, None, "ok"))
+            continue
+        warning = sync_state.warning(row, sync_interval, now)
+        sources.append(Source(row["id"], row["name"], row["provider"], row["last_success_at"],
+                              "ok" if warning is None else "warning"))
+        if warning is not None:
+            warnings.append(SyncWarning(row["id"], *warning))
     personal = [s.calendar_id for s in sources if s.provider == PROVIDER]
+    external = [s.calendar_id for s in sources if s.provider != PROVIDER]
     found = await store.events(db, viewer.user_id, personal, w.start, w.end, w.first_day,
                                w.end_date) if personal else []
-    items, complete, reason = merge(found, w)
-    warnings = [
-        SyncWarning(
-            s.calendar_id, "sync_unknown",
-            "Nothing is known yet about this connected calendar's sync; its events are not "
-            "included.",
-        )
-        for s in sources if s.status == "warning"
-    ]
+    connected = await connected_store.agenda_events(db, external, w.start, w.end) \
+        if external else []
+    items, complete, reason = merge(found, w, connected)
     return Agenda(w, items, complete, reason, sources, warnings)
 
 
@@ -225,13 +238,6 @@ def _in_requested_order(rows: list[asyncpg.Record], wanted: list[str]) -> list[a
     return [by_id[c] for c in wanted]
 
 
-def _source(row: asyncpg.Record) -> Source:
-    if row["provider"] == PROVIDER:
-        return Source(row["id"], row["name"], PROVIDER, None, "ok")
-    # Connected calendars have no sync state yet: nothing can vouch for their data.
-    return Source(row["id"], row["name"], row["provider"], None, "warning")
-
-
 class _Slot(NamedTuple):
     """An occurrence found in the window; made into an `Item` only if it is kept."""
 
@@ -240,12 +246,15 @@ class _Slot(NamedTuple):
     end: datetime | None
     start_date: date | None
     end_date: date | None
-    row: asyncpg.Record
+    row: asyncpg.Record | occurrences.Found
 
 
-def merge(rows: Sequence[asyncpg.Record], w: Window
-          ) -> tuple[list[Item], bool, Reason | None]:
-    """Every occurrence of `rows` that meets the window, sorted, at most MAX_ITEMS."""
+def merge(rows: Sequence[asyncpg.Record], w: Window,
+          connected: Sequence[asyncpg.Record] = ()) -> tuple[list[Item], bool, Reason | None]:
+    """Every occurrence of `rows` (personal and subscription events) and of
+    `connected` (stored provider components) that meets the window, sorted, at
+    most MAX_ITEMS. A connected event that is a copy of a Kalends event shown
+    here is left out."""
     slots: list[_Slot] = []
     cut = short = False
     for row in rows:
@@ -253,6 +262,13 @@ def merge(rows: Sequence[asyncpg.Record], w: Window
         slots.extend(found)
         cut = cut or reason == "max_items"
         short = short or reason == "expansion_limit"
+    shown = {r["source_event_id"] for r in rows if r["source_event_id"] is not None}
+    bounds = occurrences.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
+    external, reason = occurrences.expand(connected, bounds, MAX_ITEMS, shown)
+    slots.extend(_Slot(f.start, f.occurrence_id, f.end, f.start_date, f.end_date, f)
+                 for f in external)
+    cut = cut or reason == "max_items"
+    short = short or reason == "expansion_limit"
     slots.sort(key=lambda s: (s.start, s.occurrence_id))
     if len(slots) > MAX_ITEMS:
         cut = True
@@ -339,6 +355,8 @@ def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
 
 
 def _item(slot: _Slot, tz: ZoneInfo) -> Item:
+    if isinstance(slot.row, occurrences.Found):
+        return _external_item(slot.row, tz)
     row, start, end = slot.row, slot.start, slot.end
     copy = row["source_event_id"] is not None
     recurring = row["recurrence_rule"] is not None
@@ -372,3 +390,28 @@ def _item(slot: _Slot, tz: ZoneInfo) -> Item:
 def _local(instant: datetime, tz: ZoneInfo) -> datetime:
     """The instant on `tz`'s clock, with its offset; whole seconds as everywhere."""
     return instant.astimezone(tz).replace(microsecond=0)
+
+
+def _external_item(f: occurrences.Found, tz: ZoneInfo) -> Item:
+    c = f.component
+    return Item(
+        occurrence_id=f.occurrence_id,
+        calendar_id=f.calendar_id,
+        event_id=f.event_id,
+        editable=False,
+        title=c.title,
+        start=f.start,
+        end=f.end,
+        local_start=_local(f.start, tz),
+        local_end=_local(f.end, tz) if f.end is not None else None,
+        is_all_day=f.start_date is not None,
+        location=c.location,
+        busy=not c.transparent,
+        is_recurring=f.recurring,
+        profile=None,
+        source_type="external",
+        subscription_id=None,
+        start_date=f.start_date,
+        end_date=f.end_date,
+        description=c.description,
+    )

@@ -47,7 +47,8 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     async def services(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(dsn, max_size=pool_size)
         cursor_secret = await secrets.get(db, "cursor")
-        app[SERVICES] = Services(db=db, cursors=Cursors(cursor_secret), schema=schema._schema)
+        app[SERVICES] = Services(db=db, cursors=Cursors(cursor_secret), schema=schema._schema,
+                                 sync_interval=settings.sync_interval)
         sweeper = asyncio.create_task(_forget_idle_buckets(db))
         if run_jobs if run_jobs is not None else settings.jobs_in_process:
             # A pool of its own: jobs never take the connections requests need.

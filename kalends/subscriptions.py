@@ -85,7 +85,9 @@ def check_live(row: asyncpg.Record) -> asyncpg.Record:
 
 
 async def check_targets(db: Database, viewer: Viewer, calendar_ids: list[str]) -> list[str]:
-    """Every target must be one of the caller's connected calendars."""
+    """Every target must be one of the caller's connected calendars, and one
+    Kalends may write to: a copy that cannot be written is refused now, not
+    lost later."""
     if not calendar_ids:
         return []
     found = await store.external_calendars_of(db, calendar_ids, viewer.user_id)
@@ -94,6 +96,14 @@ async def check_targets(db: Database, viewer: Viewer, calendar_ids: list[str]) -
         raise ApiError("resource_not_found",
                        f"No connected calendar {missing[0]} is visible to you.",
                        param="external_calendar_ids")
+    for index, calendar_id in enumerate(calendar_ids):
+        if found[calendar_id] is not True:
+            raise ApiError(
+                "invalid_field",
+                f"The connected calendar {calendar_id} is read-only (can_edit is not true); "
+                "subscriptions can only copy events into calendars Kalends may write to.",
+                param=f"external_calendar_ids.{index}", details={"value": calendar_id},
+            )
     return calendar_ids
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from db import connected
 from db import sync as store
 from db.database import Database, Tx
 from kalends import jobs
+from kalends.connected import engine
 
 SYNC = "sync"
 CLEANUP = "subscription_cleanup"
@@ -78,6 +80,12 @@ async def _reconcile(tx: Tx, scope: Scope, key: str) -> None:
             return
     await store.lock_profiles(tx, event_ids)
     await store.reconcile(tx, event_ids, user_id)
+    # Connected calendars the change reaches get their copies brought in line
+    # by the account's own job (it talks to the provider, outside this lock).
+    accounts = await connected.targets_of_events(tx, event_ids)
+    if user_id is not None:  # the subscription's targets may have changed
+        accounts += await connected.accounts_of_user(tx, user_id)
+    await engine.queue_pushes(tx, accounts)
 
 
 HANDLERS: dict[str, jobs.Handler] = {SYNC: run_sync, CLEANUP: run_cleanup}

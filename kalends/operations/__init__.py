@@ -1,9 +1,10 @@
 """Every public operation, declared once. Importing this package registers them."""
 
 from kalends.operations import (  # noqa: I001
-    agenda, calendars, events, follows, organizations, profiles, rsvps, search, series,
-    subscriptions,
+    agenda, calendars, events, external_calendars, follows, organizations, profiles, rsvps,
+    search, series, subscriptions,
 )
 
-__all__ = ["agenda", "calendars", "events", "follows", "organizations", "profiles", "rsvps",
+__all__ = ["agenda", "calendars", "events", "external_calendars",
+           "follows", "organizations", "profiles", "rsvps",
            "search", "series", "subscriptions"]

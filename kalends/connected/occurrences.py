@@ -1,0 +1,235 @@
+"""Occurrences of connected events in an agenda window, as the provider defines
+them: a master's RRULE and RDATEs, less its EXDATEs, with each instance that
+an override (RECURRENCE-ID) replaces or cancels taken out and the override
+shown instead. Rules expand on the wall clock of the event's own zone with the
+same metered expander (`kalends.recurrence`) and bounds as Kalends' own
+events; floating times on the agenda's clock; all-day events by date.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from kalends import recurrence, times
+from kalends.connected import components
+from kalends.connected.provider import Component, Moment
+from kalends.errors import ApiError
+
+log = logging.getLogger("kalends.agenda")
+
+Reason = Literal["max_items", "expansion_limit"]
+_UTC = ZoneInfo("UTC")
+
+
+@dataclass(frozen=True)
+class Found:
+    start: datetime
+    end: datetime | None
+    start_date: date | None
+    end_date: date | None
+    occurrence_id: str
+    calendar_id: str
+    event_id: str
+    component: Component
+    recurring: bool
+
+
+@dataclass(frozen=True)
+class Bounds:
+    start: datetime
+    end: datetime
+    first_day: date
+    end_day: date
+    tz: ZoneInfo
+
+
+def expand(rows: Sequence[Mapping[str, Any]], w: Bounds, limit: int,
+           shown: set[str]) -> tuple[list[Found], Reason | None]:
+    """Every occurrence of the stored components `rows` that meets the window.
+    Events that mirror a Kalends event in `shown` (copies Kalends pushed) are
+    left out."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["calendar_id"], row["uid"]), []).append(row)
+    found: list[Found] = []
+    reason: Reason | None = None
+    for group in groups.values():
+        if any(_mirror(r) in shown for r in group):
+            continue
+        try:
+            more, why = _group(group, w, limit)
+        except (ApiError, ValueError, OverflowError) as exc:
+            # Read from a provider, not sent by our client: one event that does not
+            # expand must not take the agenda down.
+            log.warning("connected event %s not expanded: %s", group[0]["uid"], exc)
+            continue
+        found.extend(more)
+        reason = reason or why
+    return found, reason
+
+
+def _mirror(row: Mapping[str, Any]) -> str | None:
+    mirror: str | None = row["mirror_of"]
+    return mirror or components.mirrored_event(row["uid"])
+
+
+def _group(group: list[Mapping[str, Any]], w: Bounds, limit: int
+           ) -> tuple[list[Found], Reason | None]:
+    masters = [r for r in group if r["recurrence_key"] == ""]
+    overrides = [r for r in group if r["recurrence_key"] != ""]
+    master = masters[0] if masters else None
+    found: list[Found] = []
+    reason: Reason | None = None
+    if master is not None and not master["cancelled"]:
+        c = components.from_row(master)
+        replaced = {r["recurrence_key"] for r in overrides}
+        replaced |= {components.slot_key(m, c.zone) for m in c.exdates}
+        recurring = c.rrule is not None or bool(c.rdates)
+        slots, reason = _slots(c, w, limit)
+        for start, end, days, key in slots:
+            if key in replaced:
+                continue
+            found.append(_found(master, c, start, end, days, recurring, master["id"]))
+    if master is not None and master["cancelled"]:
+        return [], None
+    for row in overrides:
+        if row["cancelled"]:
+            continue
+        c = components.from_row(row)
+        for start, end, days, _ in _single(c, w):
+            owner = master["id"] if master is not None else row["id"]
+            found.append(_found(row, c, start, end, days, master is not None, owner))
+    return found, reason
+
+
+_Slot = tuple[datetime, datetime | None, tuple[date, date] | None, str]
+
+
+def _found(row: Mapping[str, Any], c: Component, start: datetime, end: datetime | None,
+           days: tuple[date, date] | None, recurring: bool, event_id: str) -> Found:
+    if days is not None:
+        stamp = days[0].strftime("%Y%m%d") if days[0].year >= 1000 else \
+            days[0].isoformat().replace("-", "")
+    else:
+        stamp = times.compact_utc(_original(c, start))
+    return Found(start, end, days[0] if days else None, days[1] if days else None,
+                 f"{event_id}:{stamp}", row["calendar_id"], event_id, c, recurring)
+
+
+def _original(c: Component, start: datetime) -> datetime:
+    if c.recurrence_id is not None and isinstance(c.recurrence_id, datetime):
+        return components.instant(c.recurrence_id, c.zone)
+    return start
+
+
+def _single(c: Component, w: Bounds) -> Iterable[_Slot]:
+    """An override's (or a one-off event's) own occurrence, if it meets the window."""
+    if not isinstance(c.start, datetime):
+        first = c.start
+        last = c.end if isinstance(c.end, date) and not isinstance(c.end, datetime) \
+            else first + timedelta(days=1)
+        last = max(last, first + timedelta(days=1))
+        if first < w.end_day and last > w.first_day:
+            yield (times.local_midnight(first, w.tz), times.local_midnight(last, w.tz),
+                   (first, last), "")
+        return
+    tz = _zone(c, w)
+    start = components.instant(c.start, c.zone, tz)
+    end = None if c.end is None else max(components.instant(c.end, c.end_zone or c.zone, tz),
+                                         start)
+    if _meets(start, end, w):
+        yield start, end, None, ""
+
+
+def _meets(start: datetime, end: datetime | None, w: Bounds) -> bool:
+    if end is None or end == start:
+        return w.start <= start < w.end  # a point
+    return start < w.end and end > w.start
+
+
+def _zone(c: Component, w: Bounds) -> ZoneInfo:
+    if isinstance(c.start, datetime) and c.start.tzinfo is not None:
+        return _UTC
+    return components.zone_of(c.zone) or w.tz  # floating: the agenda's clock
+
+
+def _slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reason | None]:
+    if c.rrule is None and not c.rdates:
+        return list(_single(c, w)), None
+    if not isinstance(c.start, datetime):
+        return _all_day_slots(c, w, limit)
+    return _timed_slots(c, w, limit)
+
+
+def _timed_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reason | None]:
+    assert isinstance(c.start, datetime)
+    tz = _zone(c, w)
+    floating = components.is_floating(c.start, c.zone)
+    wall = c.start.astimezone(UTC).replace(tzinfo=None) if c.start.tzinfo else c.start
+    first = components.wall_instant(wall, tz)
+    length = None
+    if c.end is not None:
+        length = max(components.instant(c.end, c.end_zone or c.zone, tz) - first, timedelta())
+    walls: list[datetime] = []
+    reason: Reason | None = None
+    if c.rrule is not None:
+        expansion = recurrence.occurrences(
+            _rule(c.rrule), wall, tz, w.start - (length or timedelta()), w.end, limit=limit + 1)
+        walls = [o.original_local for o in expansion.items]
+        reason = expansion.incomplete_reason
+    else:
+        walls = [wall]
+    for m in c.rdates:
+        if isinstance(m, datetime):
+            walls.append(m.astimezone(tz).replace(tzinfo=None) if m.tzinfo else m)
+    slots: list[_Slot] = []
+    for local in dict.fromkeys(walls):
+        start = components.wall_instant(local, tz)
+        end = None if length is None else start + length
+        if not _meets(start, end if length else None, w):
+            continue
+        key = (times.compact_utc(local.replace(tzinfo=UTC)).removesuffix("Z") if floating
+               else times.compact_utc(start))
+        slots.append((start, end, None, key))
+    return slots, reason
+
+
+def _all_day_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reason | None]:
+    first = _day(c.start)
+    last = _day(c.end) if c.end is not None else first + timedelta(days=1)
+    length = max(last - first, timedelta(days=1))
+    days: list[date] = []
+    reason: Reason | None = None
+    if c.rrule is not None:
+        # Dates recur on their own calendar: expanded as UTC midnights.
+        expansion = recurrence.occurrences(
+            _rule(c.rrule), datetime.combine(first, time()), _UTC,
+            datetime.combine(w.first_day - length + timedelta(days=1), time(), UTC),
+            datetime.combine(w.end_day, time(), UTC), limit=limit + 1)
+        days = [o.original_local.date() for o in expansion.items]
+        reason = expansion.incomplete_reason
+    else:
+        days = [first]
+    days.extend(_day(m) for m in c.rdates)
+    slots: list[_Slot] = []
+    for day in dict.fromkeys(days):
+        end_day = day + length
+        if day < w.end_day and end_day > w.first_day:
+            slots.append((times.local_midnight(day, w.tz), times.local_midnight(end_day, w.tz),
+                          (day, end_day), day.strftime("%Y%m%d")))
+    return slots, reason
+
+
+def _day(m: Moment) -> date:
+    return m.date() if isinstance(m, datetime) else m
+
+
+def _rule(rule: str) -> str:
+    # Providers write WKST, UNTIL and friends in any order, sometimes with a
+    # trailing separator; the expander reads the same parts.
+    return ";".join(p for p in rule.strip().removeprefix("RRULE:").split(";") if p)
