@@ -112,7 +112,7 @@ async def failed(db: Conn, account_id: str, error: str, *, disable: bool,
         SET status = CASE WHEN $3 THEN 'disabled' ELSE 'failed' END,
             last_error = $2, failures = failures + 1,
             next_sync_at = CASE WHEN $4::interval IS NULL THEN next_sync_at
-                                ELSE least(next_sync_at, now() + $4::interval) END
+                                ELSE now() + $4::interval END
         WHERE id = $1
         """,
         account_id, error[:1000], disable, retry_in,
@@ -150,8 +150,8 @@ async def put_calendars(tx: Tx, account_id: str, user_id: str, provider: str,
         """
         INSERT INTO external_calendars AS c (id, user_id, provider, account_id, remote_id, name,
             description, color, can_edit, time_zone, is_primary)
-        SELECT * FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-            $8::text[], $9::text[], $10::text[], $11::boolean[], $12::text[], $13::boolean[])
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+            $6::text[], $7::text[], $8::text[], $9::boolean[], $10::text[], $11::boolean[])
         ON CONFLICT (account_id, remote_id) DO UPDATE
         SET name = EXCLUDED.name, description = EXCLUDED.description, color = EXCLUDED.color,
             can_edit = EXCLUDED.can_edit, time_zone = EXCLUDED.time_zone,
@@ -160,7 +160,7 @@ async def put_calendars(tx: Tx, account_id: str, user_id: str, provider: str,
               IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.description, EXCLUDED.color,
                                 EXCLUDED.can_edit, EXCLUDED.time_zone, EXCLUDED.is_primary)
         """,
-        account_id, user_id, list(new_ids), [user_id] * len(found), [provider] * len(found),
+        list(new_ids), [user_id] * len(found), [provider] * len(found),
         [account_id] * len(found), remote_ids, [c.name for c in found],
         [c.description for c in found], [c.color for c in found],
         [c.can_edit for c in found], [c.time_zone for c in found],

@@ -22,6 +22,8 @@ PREFIXES = {
     # Internal only: never accepted or shown by the public API.
     "user": "usr",
     "api_key": "key",
+    # Operator-facing only (the CLI): a connected provider account.
+    "external_account": "xac",
 }
 
 

@@ -61,7 +61,8 @@ class CalDavAdapter:
     def __init__(self, session: aiohttp.ClientSession, credentials: Credentials,
                  settings: ProviderSettings) -> None:
         self._session = session
-        self._auth = aiohttp.BasicAuth(credentials.username or "", credentials.secret)
+        self._authorization = aiohttp.encode_basic_auth(credentials.username or "",
+                                                         credentials.secret)
         self._secret = credentials.secret
         self._base = URL(credentials.url or settings.caldav_url)
         self._timeout = aiohttp.ClientTimeout(total=settings.timeout_seconds)
@@ -233,7 +234,8 @@ class CalDavAdapter:
             body = body.encode()
         try:
             async with self._session.request(
-                method, url, data=body, headers=headers, auth=self._auth,
+                method, url, data=body,
+                headers=headers | {"Authorization": self._authorization},
                 timeout=self._timeout, allow_redirects=True,
             ) as reply:
                 text = await reply.text(errors="replace")
