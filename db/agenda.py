@@ -13,17 +13,27 @@ from db import visibility
 from db.database import Database
 
 
-async def calendars(db: Database, user_id: str, calendar_ids: Sequence[str] | None
-                    ) -> list[asyncpg.Record]:
-    """The user's personal calendars among `calendar_ids` (all of them when None)."""
+async def calendars(db: Database, user_id: str, calendar_ids: Sequence[str] | None,
+                    external_ids: Sequence[str] | None) -> list[asyncpg.Record]:
+    """In one statement: the user's personal calendars among `calendar_ids` (all
+    when None) and connected calendars among `external_ids` (the selected ones
+    when None), each connected one with its account's sync state."""
     return await db.fetch(
         """
-        SELECT id, name, 'kalends' AS provider, created_at
+        SELECT id, name, 'kalends' AS provider, created_at, NULL::timestamptz AS last_success_at,
+               NULL::text AS account_status, NULL::timestamptz AS last_attempt_at
         FROM calendars
         WHERE user_id = $1 AND ($2::text[] IS NULL OR id = ANY($2::text[]))
+        UNION ALL
+        SELECT c.id, c.name, c.provider, c.created_at, c.last_success_at, a.status,
+               a.last_attempt_at
+        FROM external_calendars c JOIN external_accounts a ON a.id = c.account_id
+        WHERE c.user_id = $1
+          AND CASE WHEN $3::text[] IS NULL THEN c.selected ELSE c.id = ANY($3::text[]) END
         ORDER BY created_at, id
         """,
         user_id, None if calendar_ids is None else list(calendar_ids),
+        None if external_ids is None else list(external_ids),
     )
 
 

@@ -303,23 +303,6 @@ async def agenda_events(db: Database, calendar_ids: Sequence[str], start: dateti
     )
 
 
-async def agenda_calendars(db: Database, user_id: str, calendar_ids: Sequence[str] | None
-                           ) -> list[asyncpg.Record]:
-    """The user's connected calendars with their account's sync state: the
-    selected ones when `calendar_ids` is None, else those listed."""
-    return await db.fetch(
-        """
-        SELECT c.id, c.name, c.provider, c.created_at, c.last_success_at,
-               a.status AS account_status, a.last_attempt_at, a.last_success_at AS account_success
-        FROM external_calendars c JOIN external_accounts a ON a.id = c.account_id
-        WHERE c.user_id = $1
-          AND CASE WHEN $2::text[] IS NULL THEN c.selected ELSE c.id = ANY($2::text[]) END
-        ORDER BY c.created_at, c.id
-        """,
-        user_id, None if calendar_ids is None else list(calendar_ids),
-    )
-
-
 # -- copies pushed to the provider ----------------------------------------------------
 
 # The events the user's live subscriptions send to calendar $1: those of their

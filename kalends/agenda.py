@@ -194,18 +194,12 @@ async def build(
     w = window(tz, date_text, days)
     requested = parse_calendar_ids(calendar_ids)
     if requested is None:
-        rows = [*await store.calendars(db, viewer.user_id, None),
-                *await connected_store.agenda_calendars(db, viewer.user_id, None)]
-        rows.sort(key=lambda r: (r["created_at"], r["id"]))
+        rows = await store.calendars(db, viewer.user_id, None, None)
     else:
-        wanted_personal = [c for c in requested if c.startswith("cal_")]
-        wanted_external = [c for c in requested if c.startswith("xcal_")]
-        rows = [
-            *(await store.calendars(db, viewer.user_id, wanted_personal)
-              if wanted_personal else []),
-            *(await connected_store.agenda_calendars(db, viewer.user_id, wanted_external)
-              if wanted_external else []),
-        ]
+        rows = await store.calendars(
+            db, viewer.user_id, [c for c in requested if c.startswith("cal_")],
+            [c for c in requested if c.startswith("xcal_")],
+        )
         rows = _in_requested_order(rows, requested)
     now = datetime.now(UTC)
     sources, warnings = [], []

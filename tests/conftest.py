@@ -251,6 +251,29 @@ async def walk(api: Api, path: str, user: User | None, limit: int = 100) -> list
         cursor = page["next_cursor"]
 
 
+def insert_connected_calendar(live_server: LiveServer, user_id: str, name: str = "Work",
+                              *, provider: str = "google", can_edit: bool = True) -> str:
+    """A connected calendar as a provider account leaves it once connected and
+    before its first sync, with no provider behind it: its account is never due
+    for a sync (tests that sync use a real CalDAV server or a protocol fake)."""
+    from kalends import ids
+
+    account, xcal = ids.new_id("xac"), ids.new_id("xcal")
+
+    async def insert() -> None:
+        async with live_server.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO external_accounts (id, user_id, provider, secret, next_sync_at) "
+                "VALUES ($1, $2, $3, '\\x00', 'infinity')", account, user_id, provider)
+            await tx.execute(
+                "INSERT INTO external_calendars (id, user_id, provider, name, account_id, "
+                "remote_id, can_edit) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                xcal, user_id, provider, name, account, name, can_edit)
+
+    live_server.call(insert())
+    return xcal
+
+
 # ---------------------------------------------------------------------------
 # Processes: fixtures for tests that run `kalends serve` itself (helpers in processes.py).
 

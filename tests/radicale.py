@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import caldav
-
 from processes import free_port, request
 
 

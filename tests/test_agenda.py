@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
-from conftest import assert_error, new_profile
+from conftest import assert_error, insert_connected_calendar, new_profile
 
 from kalends import accounts, ids, registry, times
 from kalends.registry import OPERATIONS, Mcp, Operation
@@ -127,12 +127,7 @@ def insert_subscription(live_server: Any, user_id: str, profile_id: str) -> str:
 
 
 def insert_external(live_server: Any, user_id: str, name: str = "Work (Google)") -> str:
-    xcal = ids.new_id("xcal")
-    live_server.call(live_server.db.execute(
-        "INSERT INTO external_calendars (id, user_id, provider, name) VALUES ($1, $2, 'google', $3)",
-        xcal, user_id, name,
-    ))
-    return xcal
+    return insert_connected_calendar(live_server, user_id, name)
 
 
 def day_length(day: date, zone: str) -> timedelta:
@@ -565,7 +560,12 @@ async def test_connected_calendars_are_sources_with_a_sync_warning(
     day = soon()
     await cal_event(api, user, title="Mine", **timed(day, "09:00", "10:00"))
 
-    # Not searched by default: nothing selects them yet.
+    # New connected calendars are selected: searched by default, after the older
+    # personal calendar; an unselected one only when asked for.
+    assert [s["calendar_id"] for s in (await agenda(api, user))["sources"]] == \
+        [user.calendar_id, xcal]
+    live_server.call(live_server.db.execute(
+        "UPDATE external_calendars SET selected = false WHERE id = $1", xcal))
     assert [s["calendar_id"] for s in (await agenda(api, user))["sources"]] == [user.calendar_id]
 
     body = await agenda(api, user, date=day, days=1, calendar_ids=f"{xcal},{user.calendar_id}")
@@ -613,13 +613,16 @@ async def test_a_constant_number_of_sql_statements(
         await cal_event(api, user, cal, title=f"E{i}", recurrence_rule=rule,
                         **timed(day, f"{i % 24:02d}:00", f"{i % 24:02d}:30"))
         insert_copy(live_server, cal, profile["id"], utc(day, f"{i % 24:02d}:15"), None)
-    xcal = insert_external(live_server, user_id_of(live_server, user.calendar_id))
     body = await agenda(api, user, date=day, days=7)
     assert len(body["items"]) > 100
     assert await statements(user, date=day, days=7) == 3
-    assert await statements(user, date=day, days=7, calendar_ids=",".join([*calendars, xcal])) == 3
-    # Only connected calendars: no events to read.
-    assert await statements(user, date=day, days=7, calendar_ids=xcal) == 2
+    xcal = insert_external(live_server, user_id_of(live_server, user.calendar_id))
+    # A connected calendar (selected, so searched by default) adds one read.
+    assert await statements(user, date=day, days=7) == 4
+    # Connected calendars' components are one more read, whatever their number.
+    assert await statements(user, date=day, days=7, calendar_ids=",".join([*calendars, xcal])) == 4
+    # Only connected calendars: no personal events to read.
+    assert await statements(user, date=day, days=7, calendar_ids=xcal) == 3
 
 
 async def test_needs_an_api_key(api: Any) -> None:

@@ -25,9 +25,9 @@ import aiohttp
 import icalendar
 import pytest
 import recurring_ical_events
+from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
 from radicale import Radicale
 
-from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
 from kalends import config
 from kalends.connected import admin, engine
 
@@ -500,7 +500,7 @@ async def test_selection_and_calendar_ids(world: World, person: Person, api: Api
     status, err, _ = await api.get("/v1/agenda", stranger, params={"calendar_ids": cal_id})
     assert_error(status, err, 404, "resource_not_found", "calendar_ids")
     code, bad = cli(world, "select-calendar", "--id", "cal_" + "0" * 32, "--selected", "true")
-    assert code == 1
+    assert code == 1 and "xcal_" in bad["error"]
 
 
 async def test_subscription_copies_are_kept_in_step_and_removed(
@@ -665,14 +665,17 @@ async def test_disconnect_removes_everything_that_came_from_or_went_to_the_accou
                           ("external_pushes", "calendar_id")):
         assert world.server.call(db.fetchval(
             f"SELECT count(*) FROM {table} WHERE {column} = $1", cal_id)) == 0
+    # The subscription stays, without the target that is gone.
     status, sub_now, _ = await api.get(f"/v1/subscriptions/{sub['id']}", person.user)
-    assert status == 200
+    assert status == 200 and sub_now["is_active"] is True
+    assert world.server.call(db.fetchval(
+        "SELECT external_calendar_ids FROM subscriptions WHERE id = $1", sub["id"])) == []
     status, page, _ = await api.get("/v1/external-calendars", person.user)
     assert page["data"] == []
     body = await agenda(api, person.user)
     assert cal_id not in {s["calendar_id"] for s in body["sources"]}
     code, again = cli(world, "disconnect-calendars", "--account", account)
-    assert code == 1
+    assert code == 1 and "no connected account" in again["error"]
 
 
 async def test_agenda_cap_and_complete_with_connected_items(

@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from conftest import assert_error, handle, new_event, new_profile, walk
+from conftest import assert_error, handle, insert_connected_calendar, new_event, new_profile, walk
 
 from db import sync as sync_store
 from db.database import Tx
@@ -478,10 +478,8 @@ async def test_external_calendar_targets(api: Any, make_user: Any, live_server: 
     fan, stranger = await make_user(), await make_user()
     user_ids = await sql(live_server, "fetch", "SELECT id, email FROM users WHERE email = ANY($1::citext[])", [fan.email, stranger.email])
     by_email = {r["email"]: r["id"] for r in user_ids}
-    mine, theirs = ids.new_id("xcal"), ids.new_id("xcal")
-    for xcal, email in ((mine, fan.email), (theirs, stranger.email)):
-        await sql(live_server, "execute", "INSERT INTO external_calendars (id, user_id, provider, name) VALUES ($1, $2, 'google', 'Work')",
-            xcal, by_email[email])
+    mine = insert_connected_calendar(live_server, by_email[fan.email])
+    theirs = insert_connected_calendar(live_server, by_email[stranger.email])
     base = {"subscription_type": "profile", "profile_id": profile["id"]}
 
     status, body, _ = await api.post("/v1/subscriptions", fan, json={
