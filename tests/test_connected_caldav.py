@@ -26,7 +26,7 @@ import icalendar
 import pytest
 import recurring_ical_events
 from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
-from radicale import Radicale
+from caldav_server import Radicale
 
 from kalends import config
 from kalends.connected import admin, engine
