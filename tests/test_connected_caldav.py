@@ -25,8 +25,8 @@ import aiohttp
 import icalendar
 import pytest
 import recurring_ical_events
-from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
 from caldav_server import Radicale
+from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
 
 from kalends import config
 from kalends.connected import admin, engine
