@@ -699,3 +699,21 @@ async def test_agenda_cap_and_complete_with_connected_items(
     assert body["complete"] is False and body["incomplete_reason"] == "max_items"
     starts = [(i["start"], i["occurrence_id"]) for i in body["items"]]
     assert starts == sorted(starts)
+
+
+async def test_mcp_tool_lists_the_same_calendars_as_rest(
+        world: World, person: Person, api: Api) -> None:
+    out = connect(world, person)
+    headers = {"MCP-Protocol-Version": "2025-11-25", "Accept": "application/json"}
+    status, listed, _ = await api.post("/mcp-developer", person.user, headers=headers, json={
+        "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    assert status == 200, listed
+    tool = next(t for t in listed["result"]["tools"] if t["name"] == "listExternalCalendars")
+    assert tool["annotations"]["readOnlyHint"] is True
+    status, called, _ = await api.post("/mcp-developer", person.user, headers=headers, json={
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "listExternalCalendars", "arguments": {"limit": 10}}})
+    assert status == 200, called
+    _, rest, _ = await api.get("/v1/external-calendars", person.user, params={"limit": "10"})
+    assert called["result"]["structuredContent"] == rest
+    assert [c["id"] for c in rest["data"]] == [c["id"] for c in out["calendars"]]
