@@ -56,7 +56,15 @@ async def delete_account(tx: Tx, account_id: str) -> list[str] | None:
         "SELECT id FROM external_calendars WHERE account_id = $1 ORDER BY created_at, id",
         account_id)
     removed = [r[0] for r in calendars]
-    # Subscriptions stop naming the calendars that are gone.
+    await _untarget(tx, removed)
+    await tx.execute("DELETE FROM external_accounts WHERE id = $1", account_id)
+    return removed
+
+
+async def _untarget(tx: Tx, calendar_ids: list[str]) -> None:
+    """Subscriptions stop naming calendars that are gone."""
+    if not calendar_ids:
+        return
     await tx.execute(
         """
         UPDATE subscriptions SET external_calendar_ids = ARRAY(
@@ -64,10 +72,8 @@ async def delete_account(tx: Tx, account_id: str) -> list[str] | None:
             updated_at = now()
         WHERE external_calendar_ids && $1::text[]
         """,
-        removed,
+        calendar_ids,
     )
-    await tx.execute("DELETE FROM external_accounts WHERE id = $1", account_id)
-    return removed
 
 
 async def claim_due(tx: Tx, interval: timedelta) -> list[str]:
@@ -146,6 +152,7 @@ async def put_calendars(tx: Tx, account_id: str, user_id: str, provider: str,
         """,
         account_id, remote_ids,
     )
+    await _untarget(tx, [r[0] for r in gone])
     await tx.execute(
         """
         INSERT INTO external_calendars AS c (id, user_id, provider, account_id, remote_id, name,

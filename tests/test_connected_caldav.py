@@ -269,10 +269,38 @@ async def test_initial_and_incremental_sync_follow_the_other_device(
     changed.data = vcalendar(vevent("one@dev", "Dentist (moved)", stamp(d1, 15), stamp(d1, 16)))
     changed.save()
     device.save_event(vcalendar(vevent("three@dev", "Gym", stamp(d2, 18), stamp(d2, 19))))
+    # Added later: a recurring event with an excluded and an overridden instance, and
+    # one event moved from before the spring DST change in Paris to after it.
+    device.save_event(vcalendar(
+        vevent("rec@dev", "Class", stamp(d1, 17), stamp(d1, 18), "RRULE:FREQ=DAILY;COUNT=4",
+               f"EXDATE;TZID=Europe/Paris:{stamp(d1 + timedelta(days=1), 17)}"),
+        vevent("rec@dev", "Class (room B)", stamp(d1 + timedelta(days=2), 19),
+               stamp(d1 + timedelta(days=2), 20),
+               f"RECURRENCE-ID;TZID=Europe/Paris:{stamp(d1 + timedelta(days=2), 17)}")))
+    before_dst, after_dst = date(2027, 3, 20), date(2027, 4, 3)
+    device.save_event(vcalendar(vevent("dst@dev", "Spring", stamp(before_dst, 9),
+                                       stamp(before_dst, 10))))
+    await sync(world, account)
+    dst = device.event_by_uid("dst@dev")
+    dst.data = vcalendar(vevent("dst@dev", "Spring", stamp(after_dst, 9), stamp(after_dst, 10)))
+    dst.save()
     await sync(world, account)
 
+    classes = sorted((i["title"], i["local_start"][:16]) for i in external(
+        await agenda(api, person.user)) if i["title"].startswith("Class"))
+    assert classes == sorted([
+        ("Class", f"{d1.isoformat()}T17:00"),
+        ("Class (room B)", f"{(d1 + timedelta(days=2)).isoformat()}T19:00"),
+        ("Class", f"{(d1 + timedelta(days=3)).isoformat()}T17:00"),
+    ])
+    if after_dst <= in_days(330):
+        spring = external(await agenda(api, person.user, date=before_dst.isoformat()))
+        moved = [i for i in spring if i["title"] == "Spring"]
+        assert [(i["local_start"], i["start"]) for i in moved] == [
+            (f"{after_dst.isoformat()}T09:00:00+02:00", f"{after_dst.isoformat()}T07:00:00Z")]
+
     items = {i["title"]: i for i in external(await agenda(api, person.user))}
-    assert set(items) == {"Dentist (moved)", "Gym", "Holiday"}
+    assert set(items) == {"Dentist (moved)", "Gym", "Holiday", "Class", "Class (room B)"}
     assert items["Dentist (moved)"]["local_start"].startswith(f"{d1.isoformat()}T15:00:00")
     # Stable while the stored row exists.
     assert items["Dentist (moved)"]["event_id"] == event_ids["Dentist"]
