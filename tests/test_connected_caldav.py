@@ -745,3 +745,29 @@ async def test_mcp_tool_lists_the_same_calendars_as_rest(
     _, rest, _ = await api.get("/v1/external-calendars", person.user, params={"limit": "10"})
     assert called["result"]["structuredContent"] == rest
     assert [c["id"] for c in rest["data"]] == [c["id"] for c in out["calendars"]]
+
+
+async def test_calendars_added_and_removed_on_the_provider(
+        world: World, person: Person, api: Api) -> None:
+    principal = world.radicale.client(person.login, person.password).principal()
+    out = connect(world, person)
+    account = out["account_id"]
+    await settled(world, account)
+    side = principal.make_calendar(name="Side", cal_id="side")
+    await sync(world, account)
+    page = await api.get("/v1/external-calendars", person.user)
+    names = {c["name"]: c["id"] for c in page[1]["data"]}
+    assert set(names) == {"Work", "Side"}
+    host = world.server.create_user()
+    profile = await new_profile(api, host)
+    status, sub, _ = await api.post("/v1/subscriptions", person.user, json={
+        "subscription_type": "profile", "profile_id": profile["id"],
+        "external_calendar_ids": [names["Side"], names["Work"]]})
+    assert status == 201, sub
+    side.delete()
+    await sync(world, account)
+    page = await api.get("/v1/external-calendars", person.user)
+    assert [c["name"] for c in page[1]["data"]] == ["Work"]
+    assert world.server.call(world.server.db.fetchval(
+        "SELECT external_calendar_ids FROM subscriptions WHERE id = $1", sub["id"])) == \
+        [names["Work"]]
