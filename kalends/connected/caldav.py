@@ -37,6 +37,7 @@ from kalends.connected.provider import (
     RemoteEvent,
     SyncTokenRefused,
     WriteRefused,
+    retry_after,
 )
 
 _DAV, _CAL, _APPLE = "DAV:", "urn:ietf:params:xml:ns:caldav", "http://apple.com/ns/ical/"
@@ -247,19 +248,12 @@ class CalDavAdapter:
         if status == 401:
             raise CredentialsRefused(f"{url}: credentials refused")
         if status in (429, 503):
-            raise RateLimited(f"{url}: {status}", _retry_after(answer.retry_after))
+            raise RateLimited(f"{url}: {status}", retry_after(answer.retry_after))
         return status, text, answer
 
 
 def _error(status: int, text: str, url: URL) -> ProviderError:
     return ProviderError(f"{url}: HTTP {status}: {text[:200]}")
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None
 
 
 def _xml(text: str) -> ElementTree.Element:

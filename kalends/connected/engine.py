@@ -56,6 +56,7 @@ from kalends.connected.provider import (
     RemoteCalendar,
     RemoteEvent,
     SyncTokenRefused,
+    Unsupported,
     WriteRefused,
 )
 from kalends.connected.vault import Vault, VaultError
@@ -264,6 +265,9 @@ class Engine:
             except WriteRefused as exc:
                 log.warning("calendar %s refuses copies: %s", calendar["id"], exc)
                 return
+            except Unsupported as exc:
+                log.warning("event %s not copied to %s: %s", event_id, calendar["id"], exc)
+                continue
             await store.pushed(self._db, calendar["id"], event_id, written.key, written.etag,
                                digest)
         for event_id in have.keys() - wanted.keys():

@@ -53,8 +53,21 @@ class RateLimited(ProviderError):
         self.retry_after = retry_after
 
 
+def retry_after(value: str | None) -> float | None:
+    """A `Retry-After` header in seconds (the delay form; None if absent or a date)."""
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
+
+
 class WriteRefused(ProviderError):
     """A write the account may not make (403 on a calendar, read-only calendar)."""
+
+
+class Unsupported(ProviderError):
+    """The provider cannot hold this event as it is (a recurrence rule it has no
+    form for): the copy is not written, and the rest of the sync goes on."""
 
 
 class Conflict(ProviderError):
