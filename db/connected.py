@@ -5,7 +5,8 @@ initial sync is a handful of statements."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -125,16 +126,26 @@ async def failed(db: Conn, account_id: str, error: str, *, disable: bool,
     )
 
 
-async def lock_account(conn: asyncpg.Connection, account_id: str) -> bool:
-    """Try the account's session lock: one sync per account at a time, across
-    processes; released when the connection closes, crash included."""
-    return bool(await conn.fetchval(
-        "SELECT pg_try_advisory_lock(hashtextextended('kalends:xac:' || $1, 0))", account_id))
-
-
-async def unlock_account(conn: asyncpg.Connection, account_id: str) -> None:
-    await conn.execute(
-        "SELECT pg_advisory_unlock(hashtextextended('kalends:xac:' || $1, 0))", account_id)
+@asynccontextmanager
+async def account_lock(db: Database, account_id: str, *, wait: bool) -> AsyncIterator[bool]:
+    """The account's lock: one sync (or disconnect) of an account at a time,
+    across processes. A session advisory lock on a connection of its own, not
+    the pool's, so that syncs holding it while they talk to providers never
+    starve the pool they query through; a crash closes the connection and
+    releases it. Yields whether it was taken (always, with `wait`)."""
+    if db.dsn is None:
+        raise RuntimeError("account_lock needs a Database made by Database.connect")
+    conn = await asyncpg.connect(db.dsn)
+    try:
+        key = "kalends:xac:" + account_id
+        if wait:
+            await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", key)
+            yield True
+        else:
+            yield bool(await conn.fetchval(
+                "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key))
+    finally:
+        await conn.close()
 
 
 # -- calendars ----------------------------------------------------------------------

@@ -19,8 +19,10 @@ log = logging.getLogger("kalends.db")
 
 
 class Database:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, dsn: str | None = None) -> None:
         self.pool = pool
+        self.dsn = dsn
+        """For a connection outside the pool (a lock held across network calls)."""
         self.query_count = 0
 
     @classmethod
@@ -29,7 +31,7 @@ class Database:
             dsn, min_size=min_size, max_size=max_size, init=_init_connection,
             timeout=5, command_timeout=30,
         )
-        return cls(pool)
+        return cls(pool, dsn)
 
     async def close(self) -> None:
         await self.pool.close()

@@ -14,12 +14,10 @@ import secrets
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import aiohttp
 import icalendar
@@ -27,12 +25,10 @@ import pytest
 import recurring_ical_events
 from caldav_server import Radicale
 from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
+from connected_world import PARIS, agenda, eventually, external, in_days, settled, sync
 
 from kalends import config
 from kalends.connected import admin, engine
-
-SYNC_SECONDS = 30
-PARIS = ZoneInfo("Europe/Paris")
 
 
 @dataclasses.dataclass
@@ -115,39 +111,6 @@ def connect(world: World, p: Person) -> dict[str, Any]:
         p.password))
 
 
-async def settled(world: World, account_id: str) -> None:
-    """Wait until no sync job of the account is queued or running."""
-    deadline = time.monotonic() + SYNC_SECONDS
-    while True:
-        pending = world.server.call(world.server.db.fetchval(
-            "SELECT count(*) FROM pgqueuer WHERE entrypoint = $1 "
-            "AND status IN ('queued', 'picked') AND convert_from(payload, 'UTF8') LIKE $2",
-            engine.SYNC_ACCOUNT, f"%{account_id}%"))
-        if pending == 0:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"sync of {account_id} not finished within {SYNC_SECONDS} s")
-        await asyncio.sleep(0.05)
-
-
-async def sync(world: World, account_id: str) -> None:
-    await settled(world, account_id)
-    world.server.call(admin.sync_now(world.server.db, account_id))
-    await settled(world, account_id)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + SYNC_SECONDS
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {SYNC_SECONDS} s: {what}")
-        await asyncio.sleep(0.1)
-
-
-def in_days(n: int) -> date:
-    return datetime.now(PARIS).date() + timedelta(days=n)
-
-
 def stamp(day: date, hour: int, minute: int = 0) -> str:
     return f"{day.strftime('%Y%m%d')}T{hour:02d}{minute:02d}00"
 
@@ -162,17 +125,6 @@ def vevent(uid: str, title: str, start: str, end: str, *extra: str, tz: str = "E
 def vcalendar(*events: str) -> str:
     return "BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:-//tests//EN\n" + "".join(events) + \
         "END:VCALENDAR\n"
-
-
-async def agenda(api: Api, user: User, **params: Any) -> dict[str, Any]:
-    query = {"days": "31", "timezone": "Europe/Paris", **params}
-    status, body, _ = await api.get("/v1/agenda", user, params=query)
-    assert status == 200, body
-    return body  # type: ignore[no-any-return]
-
-
-def external(body: dict[str, Any]) -> list[dict[str, Any]]:
-    return [i for i in body["items"] if i["source"]["type"] == "external"]
 
 
 # ---------------------------------------------------------------------------------------

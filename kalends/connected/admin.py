@@ -76,16 +76,11 @@ async def disconnect(db: Database, settings: Settings, account_id: str) -> dict[
     account = await store.account(db, account_id)
     if account is None:
         raise AdminError(f"no connected account {account_id}")
-    async with db.pool.acquire() as conn:
-        # Wait for a running sync to finish, and keep the next from starting.
-        await conn.execute(
-            "SELECT pg_advisory_lock(hashtextextended('kalends:xac:' || $1, 0))", account_id)
-        try:
-            await _remove_copies(db, settings, account)
-            async with db.transaction() as tx:
-                removed = await store.delete_account(tx, account_id)
-        finally:
-            await store.unlock_account(conn, account_id)
+    # Wait for a running sync to finish, and keep the next from starting.
+    async with store.account_lock(db, account_id, wait=True):
+        await _remove_copies(db, settings, account)
+        async with db.transaction() as tx:
+            removed = await store.delete_account(tx, account_id)
     return {"account_id": account_id, "removed_calendars": removed or []}
 
 

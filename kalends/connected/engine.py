@@ -153,16 +153,13 @@ class Engine:
         await self.sync(payload["account"], push_only=bool(payload.get("push_only")))
 
     async def sync(self, account_id: str, *, push_only: bool = False) -> None:
-        async with self._db.pool.acquire() as conn:
-            if not await store.lock_account(conn, account_id):
-                # Another sync of this account is running: come back after it.
-                async with self._db.transaction() as tx:
-                    await queue_sync(tx, account_id, push_only=push_only, after=_BUSY_RETRY)
-                return
-            try:
+        async with store.account_lock(self._db, account_id, wait=False) as taken:
+            if taken:
                 await self._sync(account_id, push_only)
-            finally:
-                await store.unlock_account(conn, account_id)
+                return
+        # Another sync of this account is running: come back after it.
+        async with self._db.transaction() as tx:
+            await queue_sync(tx, account_id, push_only=push_only, after=_BUSY_RETRY)
 
     async def _sync(self, account_id: str, push_only: bool) -> None:
         account = await store.account(self._db, account_id)

@@ -102,8 +102,10 @@ def _group(group: list[Mapping[str, Any]], w: Bounds, limit: int
             continue
         c = components.from_row(row)
         for start, end, days, _ in _single(c, w):
+            # An instance of a recurring event, whether its master is stored or (Graph,
+            # which expands series itself) not.
             owner = master["id"] if master is not None else row["id"]
-            found.append(_found(row, c, start, end, days, master is not None, owner))
+            found.append(_found(row, c, start, end, days, True, owner))
     return found, reason
 
 

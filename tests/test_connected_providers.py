@@ -1,0 +1,419 @@
+"""Google Calendar and Microsoft Graph accounts, through the same engine, CLI
+commands and agenda as CalDAV, against protocol fakes (tests/fakes/): the
+real services cannot be reached from the test machines (see the README for
+what a first run against them must check)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
+from connected_world import PARIS, agenda, eventually, external, in_days, settled, sync
+from fakes import google, microsoft
+
+from kalends import config
+from kalends.connected import admin
+from kalends.connected.provider import ProviderSettings
+
+
+@dataclasses.dataclass
+class World:
+    server: LiveServer
+    google: google.GoogleState
+    graph: microsoft.GraphState
+    settings: config.Settings
+
+
+class Fake:
+    """A protocol fake served on a loopback port from a thread of its own."""
+
+    def __init__(self, application: web.Application) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._runner = web.AppRunner(application, access_log=None)
+        self.url = self._call(self._start())
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    async def _start(self) -> str:
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    def close(self) -> None:
+        self._call(self._runner.cleanup())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def world(database_url: str) -> Iterator[World]:
+    g, m = google.GoogleState(), microsoft.GraphState()
+    g_fake, m_fake = Fake(google.app(g)), Fake(microsoft.app(m))
+    # The providers' URLs and OAuth clients are configuration: here, the fakes.
+    providers = ProviderSettings(
+        google_api_url=g_fake.url, google_token_url=f"{g_fake.url}/token",
+        google_client_id="kalends-test", google_client_secret="s3cret",
+        microsoft_api_url=m_fake.url, microsoft_token_url=f"{m_fake.url}/token",
+        microsoft_client_id="kalends-test", microsoft_client_secret="s3cret")
+    settings = dataclasses.replace(config.load(), secret_key=secrets.token_urlsafe(32),
+                                   providers=providers)
+    try:
+        with migrated_database(database_url, "kalends_providers") as dsn:
+            server = LiveServer(dsn, settings=settings)
+            try:
+                yield World(server, g, m, settings)
+            finally:
+                server.close()
+    finally:
+        g_fake.close()
+        m_fake.close()
+
+
+@pytest.fixture
+async def api(world: World) -> Any:
+    async with aiohttp.ClientSession() as session:
+        yield Api(session, world.server.url)
+
+
+def connect(world: World, user: User, provider: str, secret: str) -> dict[str, Any]:
+    return world.server.call(admin.connect(world.server.db, world.settings, user.email,
+                                           provider, None, None, secret))
+
+
+def g_time(day: Any, hour: int, zone: str = "Europe/Paris") -> dict[str, str]:
+    local = datetime(day.year, day.month, day.day, hour, tzinfo=PARIS)
+    return {"dateTime": local.isoformat(), "timeZone": zone}
+
+
+# -- Google ---------------------------------------------------------------------------
+
+
+def google_calendars(state: google.GoogleState, prefix: str) -> str:
+    """Four calendars (two pages): a writable primary one, a read-only one, two more."""
+    main = f"{prefix}@example.com"
+    state.add_calendar(main, "Main", primary=True, backgroundColor="#9fe1e7",
+                       timeZone="Europe/Paris")
+    state.add_calendar(f"{prefix}-holidays", "Holidays", role="reader")
+    state.add_calendar(f"{prefix}-a", "A")
+    state.add_calendar(f"{prefix}-b", "B", summaryOverride="B (mine)")
+    return main
+
+
+async def test_google_connect_sync_and_agenda(world: World, api: Api) -> None:
+    g = world.google
+    user = world.server.create_user(timezone="Europe/Paris")
+    cal = google_calendars(g, secrets.token_hex(4))
+    d = in_days(3)
+    g.put(cal, {"id": "single1", "summary": "Dentist", "start": g_time(d, 9),
+                "end": g_time(d, 10)})
+    g.put(cal, {"id": "allday1", "summary": "Trip", "start": {"date": d.isoformat()},
+                "end": {"date": (d + timedelta(days=2)).isoformat()}})
+    first = in_days(-6)
+    g.put(cal, {"id": "weekly1", "summary": "Standup", "start": g_time(first, 9),
+                "end": g_time(first, 10), "iCalUID": "weekly1@google.com",
+                "recurrence": ["RRULE:FREQ=WEEKLY;COUNT=5",
+                               f"EXDATE;TZID=Europe/Paris:{(first + timedelta(days=7)):%Y%m%d}"
+                               "T090000"]})
+    moved, dropped = first + timedelta(days=14), first + timedelta(days=21)
+    g.put(cal, {"id": "weekly1_moved", "summary": "Standup (late)", "start": g_time(moved, 11),
+                "end": g_time(moved, 12), "iCalUID": "weekly1@google.com",
+                "recurringEventId": "weekly1", "originalStartTime": g_time(moved, 9)})
+    g.put(cal, {"id": "weekly1_dropped", "status": "cancelled", "iCalUID": "weekly1@google.com",
+                "recurringEventId": "weekly1", "originalStartTime": g_time(dropped, 9),
+                "start": g_time(dropped, 9), "end": g_time(dropped, 10)})
+
+    out = connect(world, user, "google", g.grant())
+    assert out["provider"] == "google"
+    calendars = {c["name"]: c for c in out["calendars"]}
+    assert set(calendars) == {"Main", "Holidays", "A", "B (mine)"}
+    assert calendars["Holidays"]["can_edit"] is False and calendars["Main"]["can_edit"] is True
+    account, xcal = out["account_id"], calendars["Main"]["id"]
+    await settled(world, account)
+    status, page, _ = await api.get("/v1/external-calendars", user)
+    assert status == 200
+    main = next(c for c in page["data"] if c["id"] == xcal)
+    assert (main["is_primary"], main["color"], main["time_zone"]) == \
+        (True, "#9fe1e7", "Europe/Paris")
+
+    body = await agenda(api, user, date=first.isoformat())
+    got = sorted((i["title"], i["local_start"][:16]) for i in external(body))
+    assert got == sorted([
+        ("Standup", f"{first.isoformat()}T09:00"),
+        ("Standup (late)", f"{moved.isoformat()}T11:00"),
+        ("Standup", f"{(first + timedelta(days=28)).isoformat()}T09:00"),
+        ("Dentist", f"{d.isoformat()}T09:00"),
+        ("Trip", f"{d.isoformat()}T00:00"),
+    ])
+    source = next(s for s in body["sources"] if s["calendar_id"] == xcal)
+    assert source["provider"] == "google" and source["status"] == "ok"
+
+    # Incremental: the sync token brings only the changes; a tombstone deletes.
+    g.put(cal, {**g.events[cal]["single1"], "summary": "Dentist (moved)",
+                "start": g_time(d, 15), "end": g_time(d, 16)})
+    g.remove(cal, "allday1")
+    g.put(cal, {"id": "new1", "summary": "Gym", "start": g_time(d, 18), "end": g_time(d, 19)})
+    g.requests.clear()
+    await sync(world, account)
+    assert any("/events" in r for r in g.requests)
+    titles = {i["title"] for i in external(await agenda(api, user))}
+    assert {"Dentist (moved)", "Gym"} <= titles and "Trip" not in titles and "Dentist" not in titles
+
+    # An expired sync token (410): everything again, and what vanished meanwhile goes.
+    del g.events[cal]["new1"]
+    g.expire_sync_tokens()
+    # An expired access token is renewed on the way, unseen.
+    g.access_tokens.clear()
+    await sync(world, account)
+    titles = {i["title"] for i in external(await agenda(api, user))}
+    assert "Gym" not in titles and "Dentist (moved)" in titles
+    assert not [w for w in (await agenda(api, user))["warnings"] if w["calendar_id"] == xcal]
+
+
+async def test_google_rate_limit_and_revoked_grant(world: World, api: Api) -> None:
+    g = world.google
+    user = world.server.create_user()
+    cal = google_calendars(g, secrets.token_hex(4))
+    token = g.grant()
+    out = connect(world, user, "google", token)
+    account = out["account_id"]
+    xcal = next(c["id"] for c in out["calendars"] if c["name"] == "Main")
+    await settled(world, account)
+    g.put(cal, {"id": "x1", "summary": "Later", "start": g_time(in_days(2), 9),
+                "end": g_time(in_days(2), 10)})
+
+    g.limited, g.limit_status = 1, 403
+    await sync(world, account)
+    row = world.server.call(world.server.db.fetchrow(
+        "SELECT status, next_sync_at - now() AS wait FROM external_accounts WHERE id = $1",
+        account))
+    # Retry-After: 120 is honoured over the 30 s first back-off.
+    assert row["status"] == "failed" and row["wait"] > timedelta(seconds=100)
+    body = await agenda(api, user)
+    assert {w["code"] for w in body["warnings"] if w["calendar_id"] == xcal} == {"sync_failed"}
+    await sync(world, account)
+    assert "Later" in {i["title"] for i in external(await agenda(api, user))}
+
+    g.refresh_tokens.discard(token)
+    g.access_tokens.clear()
+    await sync(world, account)
+    body = await agenda(api, user)
+    assert {w["code"] for w in body["warnings"] if w["calendar_id"] == xcal} == {"sync_disabled"}
+
+
+async def test_google_copies_of_subscribed_events(world: World, api: Api) -> None:
+    g = world.google
+    user = world.server.create_user()
+    cal = google_calendars(g, secrets.token_hex(4))
+    out = connect(world, user, "google", g.grant())
+    account = out["account_id"]
+    xcal = next(c["id"] for c in out["calendars"] if c["name"] == "Main")
+    readonly = next(c["id"] for c in out["calendars"] if c["name"] == "Holidays")
+    await settled(world, account)
+    host = world.server.create_user()
+    profile = await new_profile(api, host)
+    event = await new_event(api, host, profile, title="Talk",
+                            start_time=f"{in_days(5).isoformat()}T18:00",
+                            end_time=f"{in_days(5).isoformat()}T19:00",
+                            end_timezone="Europe/Paris", recurrence_rule="FREQ=WEEKLY;COUNT=3")
+    status, err, _ = await api.post("/v1/subscriptions", user, json={
+        "subscription_type": "profile", "profile_id": profile["id"],
+        "external_calendar_ids": [readonly]})
+    assert status == 400 and err["error"]["code"] == "invalid_field"
+    status, sub, _ = await api.post("/v1/subscriptions", user, json={
+        "subscription_type": "profile", "profile_id": profile["id"],
+        "external_calendar_ids": [xcal]})
+    assert status == 201
+
+    def copies() -> list[dict[str, Any]]:
+        return [e for e in g.live(cal) if e.get("iCalUID") == f"{event['id']}@kalends"]
+
+    async def copy_is(title: str) -> bool:
+        await settled(world, account)
+        found = copies()
+        return len(found) == 1 and found[0]["summary"] == title
+
+    await eventually(lambda: copy_is("Talk"), "copy pushed")
+    [copy] = copies()
+    assert copy["recurrence"] == ["RRULE:FREQ=WEEKLY;COUNT=3"]
+    assert copy["start"] == {"dateTime": f"{in_days(5).isoformat()}T18:00:00",
+                             "timeZone": "Europe/Paris"}
+    # A lost answer to the insert: the engine forgets its mapping, pushes again, and
+    # Google's 409 on the derived id turns it into an update, not a second copy.
+    world.server.call(world.server.db.execute(
+        "DELETE FROM external_pushes WHERE event_id = $1", event["id"]))
+    await sync(world, account)
+    assert len(copies()) == 1
+    status, _, _ = await api.patch(f"/v1/events/{event['id']}", host, json={"title": "Talk 2"})
+    await eventually(lambda: copy_is("Talk 2"), "copy updated")
+    status, _, _ = await api.delete(f"/v1/subscriptions/{sub['id']}", user)
+    assert status == 204
+
+    async def gone() -> bool:
+        await settled(world, account)
+        return copies() == []
+
+    await eventually(gone, "copy deleted on unsubscribe")
+
+
+# -- Microsoft ------------------------------------------------------------------------
+
+
+def graph_calendars(state: microsoft.GraphState, prefix: str) -> str:
+    main = f"{prefix}-main"
+    state.add_calendar(main, "Calendar", isDefaultCalendar=True, hexColor="#e3008c")
+    state.add_calendar(f"{prefix}-shared", "Shared", can_edit=False)
+    state.add_calendar(f"{prefix}-x", "X")
+    state.add_calendar(f"{prefix}-y", "Y")
+    return main
+
+
+def m_time(day: Any, hour: int) -> dict[str, str]:
+    local = datetime(day.year, day.month, day.day, hour, tzinfo=PARIS).astimezone(UTC)
+    return {"dateTime": local.replace(tzinfo=None).isoformat() + ".0000000", "timeZone": "UTC"}
+
+
+async def test_microsoft_connect_delta_sync_and_rotation(world: World, api: Api) -> None:
+    m = world.graph
+    user = world.server.create_user(timezone="Europe/Paris")
+    cal = graph_calendars(m, secrets.token_hex(4))
+    d = in_days(2)
+    m.put(cal, {"id": "s1", "subject": "Review", "start": m_time(d, 9), "end": m_time(d, 10),
+                "originalStartTimeZone": "Europe/Paris"})
+    series = "040000008200E00074C5B7101A82E008SERIES"
+    for n in range(4):
+        day = d + timedelta(days=7 * n)
+        kind = "exception" if n == 1 else "occurrence"
+        hour = 11 if n == 1 else 8
+        m.put(cal, {"id": f"occ{n}", "type": kind, "subject": "1:1" if n != 1 else "1:1 (moved)",
+                    "iCalUId": series, "seriesMasterId": "master1",
+                    "originalStart": m_time(day, 8)["dateTime"][:19] + "Z",
+                    "start": m_time(day, hour), "end": m_time(day, hour + 1),
+                    "isCancelled": n == 2, "originalStartTimeZone": "Europe/Paris"})
+    m.put(cal, {"id": "master1", "type": "seriesMaster", "subject": "1:1", "iCalUId": series,
+                "start": m_time(d, 8), "end": m_time(d, 9)})
+    m.put(cal, {"id": "ad1", "subject": "Offsite", "isAllDay": True,
+                "start": {"dateTime": f"{d.isoformat()}T00:00:00.0000000", "timeZone": "UTC"},
+                "end": {"dateTime": f"{(d + timedelta(days=1)).isoformat()}T00:00:00.0000000",
+                        "timeZone": "UTC"}})
+
+    first_token = m.grant()
+    out = connect(world, user, "microsoft", first_token)
+    calendars = {c["name"]: c for c in out["calendars"]}
+    assert set(calendars) == {"Calendar", "Shared", "X", "Y"}
+    assert calendars["Shared"]["can_edit"] is False
+    account, xcal = out["account_id"], calendars["Calendar"]["id"]
+    # The refresh token rotated at connect time; the old one is dead, the new one kept.
+    assert first_token not in m.refresh_tokens
+    await settled(world, account)
+
+    body = await agenda(api, user)
+    got = sorted((i["title"], i["local_start"][:16], i["is_recurring"]) for i in external(body))
+    assert got == sorted([
+        ("Review", f"{d.isoformat()}T09:00", False),
+        ("1:1", f"{d.isoformat()}T08:00", True),
+        ("1:1 (moved)", f"{(d + timedelta(days=7)).isoformat()}T11:00", True),
+        ("1:1", f"{(d + timedelta(days=21)).isoformat()}T08:00", True),
+        ("Offsite", f"{d.isoformat()}T00:00", False),
+    ])
+    source = next(s for s in body["sources"] if s["calendar_id"] == xcal)
+    assert source["provider"] == "microsoft" and source["status"] == "ok"
+
+    m.put(cal, {**m.events[cal]["s1"], "subject": "Review (moved)", "start": m_time(d, 14),
+                "end": m_time(d, 15)})
+    m.remove(cal, "ad1")
+    await sync(world, account)
+    titles = {i["title"] for i in external(await agenda(api, user))}
+    assert "Review (moved)" in titles and "Offsite" not in titles and "Review" not in titles
+
+    # syncStateNotFound: a full sync; an event gone meanwhile is deleted.
+    m.events[cal].pop("s1")
+    m.expire_delta_tokens()
+    m.access_tokens.clear()
+    await sync(world, account)
+    titles = {i["title"] for i in external(await agenda(api, user))}
+    assert "Review (moved)" not in titles and "1:1" in titles
+
+    m.limited = 1
+    await sync(world, account)
+    row = world.server.call(world.server.db.fetchrow(
+        "SELECT status, next_sync_at - now() AS wait FROM external_accounts WHERE id = $1",
+        account))
+    assert row["status"] == "failed" and row["wait"] > timedelta(seconds=80)
+    await sync(world, account)
+    assert not [w for w in (await agenda(api, user))["warnings"] if w["calendar_id"] == xcal]
+
+    m.refresh_tokens.clear()
+    m.access_tokens.clear()
+    await sync(world, account)
+    body = await agenda(api, user)
+    assert {w["code"] for w in body["warnings"] if w["calendar_id"] == xcal} == {"sync_disabled"}
+
+
+async def test_microsoft_copies_use_transaction_ids(world: World, api: Api) -> None:
+    m = world.graph
+    user = world.server.create_user()
+    cal = graph_calendars(m, secrets.token_hex(4))
+    out = connect(world, user, "microsoft", m.grant())
+    account = out["account_id"]
+    xcal = next(c["id"] for c in out["calendars"] if c["name"] == "Calendar")
+    await settled(world, account)
+    host = world.server.create_user()
+    profile = await new_profile(api, host)
+    event = await new_event(api, host, profile, title="Meetup",
+                            start_time=f"{in_days(4).isoformat()}T19:00",
+                            end_time=f"{in_days(4).isoformat()}T21:00",
+                            end_timezone="Europe/Paris")
+    status, _, _ = await api.post("/v1/subscriptions", user, json={
+        "subscription_type": "profile", "profile_id": profile["id"],
+        "external_calendar_ids": [xcal]})
+    assert status == 201
+
+    def copies() -> list[dict[str, Any]]:
+        return [e for e in m.events[cal].values() if e.get("subject", "").startswith("Meetup")]
+
+    async def copy_count(n: int) -> bool:
+        await settled(world, account)
+        return len(copies()) == n
+
+    await eventually(lambda: copy_count(1), "copy pushed")
+    assert copies()[0]["start"] == {"dateTime": f"{in_days(4).isoformat()}T19:00:00",
+                                    "timeZone": "Europe/Paris"}
+    world.server.call(world.server.db.execute(
+        "DELETE FROM external_pushes WHERE event_id = $1", event["id"]))
+    await sync(world, account)
+    assert len(copies()) == 1  # the repeated transactionId made nothing new
+    status, _, _ = await api.post(f"/v1/events/{event['id']}/cancel", host, json={})
+    assert status == 200
+    await eventually(lambda: copy_count(0), "cancelled copy removed")
+
+
+async def test_many_accounts_sync_at_once_without_starving_the_pool(
+        world: World, api: Api) -> None:
+    # More accounts than the job pool has connections (4), all synced at once: each
+    # sync holds its account's lock on a connection of its own while it talks to the
+    # provider, so none waits on another.
+    g = world.google
+    users = [world.server.create_user() for _ in range(8)]
+    accounts = []
+    for n, user in enumerate(users):
+        cal = google_calendars(g, secrets.token_hex(4))
+        g.put(cal, {"id": f"e{n}", "summary": f"Event {n}", "start": g_time(in_days(1), 9),
+                    "end": g_time(in_days(1), 10)})
+        accounts.append(connect(world, user, "google", g.grant())["account_id"])
+    world.server.call(admin.sync_now(world.server.db, None))
+    for account in accounts:
+        await settled(world, account)
+    for n, user in enumerate(users):
+        assert f"Event {n}" in {i["title"] for i in external(await agenda(api, user))}
