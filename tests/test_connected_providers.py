@@ -81,6 +81,14 @@ def world(database_url: str) -> Iterator[World]:
         m_fake.close()
 
 
+@pytest.fixture(autouse=True)
+def one_mailbox(world: World) -> None:
+    """The fakes serve one mailbox: each test gets it empty, so that no account
+    of an earlier test (still synced by the scheduler) sees this test's calendars."""
+    world.google.reset()
+    world.graph.reset()
+
+
 @pytest.fixture
 async def api(world: World) -> Any:
     async with aiohttp.ClientSession() as session:

@@ -22,13 +22,11 @@ import aiohttp
 
 from kalends.connected import ical
 from kalends.connected.components import zone_of
-from kalends.connected.oauth import OAuthClient, Reply
+from kalends.connected.oauth import OAuthClient
 from kalends.connected.provider import (
     Changes,
     Component,
-    Conflict,
     Credentials,
-    Gone,
     Moment,
     Provider,
     ProviderError,
@@ -36,7 +34,6 @@ from kalends.connected.provider import (
     RemoteCalendar,
     RemoteEvent,
     SyncTokenRefused,
-    WriteRefused,
 )
 
 _RATE_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
@@ -60,8 +57,9 @@ class GoogleAdapter:
         return self._oauth.refresh_token
 
     async def verify(self) -> None:
-        _ok(await self._oauth.request("GET", f"{self._api}/users/me/calendarList",
-                                      params={"maxResults": "1"}))
+        reply = await self._oauth.request("GET", f"{self._api}/users/me/calendarList",
+                                          params={"maxResults": "1"})
+        reply.check()
 
     async def calendars(self) -> Sequence[RemoteCalendar]:
         found = []
@@ -111,13 +109,13 @@ class GoogleAdapter:
             reply = await self._oauth.request(
                 "PUT", self._event(calendar, key), json=body,
                 headers={"If-Match": etag} if etag else None)
-        _written(reply, key)
+        reply.check_write(key)
         return RemoteEvent(key, reply.body.get("etag"), (component,))
 
     async def delete(self, calendar: RemoteCalendar, key: str, etag: str | None) -> None:
         reply = await self._oauth.request("DELETE", self._event(calendar, key),
                                           headers={"If-Match": etag} if etag else None)
-        _written(reply, key)
+        reply.check_write(key)
 
     def _events(self, calendar: RemoteCalendar) -> str:
         return f"{self._api}/calendars/{quote(calendar.remote_id, safe='')}/events"
@@ -134,7 +132,7 @@ class GoogleAdapter:
                 "GET", url, params={**params, **({"pageToken": page} if page else {})})
             if reply.status == 410:
                 raise SyncTokenRefused(f"{url}: sync token expired")
-            _ok(reply)
+            reply.check()
             for item in reply.body.get("items", []):
                 yield item
             page = reply.body.get("nextPageToken")
@@ -147,21 +145,6 @@ class GoogleAdapter:
 def event_id(uid: str) -> str:
     """A Google event id for a UID: base32hex characters (hex digits are), stable."""
     return hashlib.sha1(uid.encode()).hexdigest()
-
-
-def _ok(reply: Reply) -> None:
-    if reply.status == 403:
-        raise WriteRefused(f"forbidden: {reply.error_code()}")
-    if reply.status >= 400:
-        raise ProviderError(f"HTTP {reply.status}: {reply.error_code()}")
-
-
-def _written(reply: Reply, key: str) -> None:
-    if reply.status in (404, 410):
-        raise Gone(f"{key} is not there")
-    if reply.status == 412:
-        raise Conflict(f"{key} changed on the provider")
-    _ok(reply)
 
 
 def _when(value: dict[str, Any]) -> tuple[Moment, str | None]:

@@ -23,11 +23,10 @@ from typing import Any
 import aiohttp
 
 from kalends.connected.components import zone_of
-from kalends.connected.oauth import OAuthClient, Reply
+from kalends.connected.oauth import OAuthClient
 from kalends.connected.provider import (
     Changes,
     Component,
-    Conflict,
     Credentials,
     Gone,
     Moment,
@@ -38,13 +37,14 @@ from kalends.connected.provider import (
     RemoteEvent,
     SyncTokenRefused,
     Unsupported,
-    WriteRefused,
 )
 
 log = logging.getLogger("kalends.connected")
 
 _SCOPE = "offline_access Calendars.ReadWrite"
 _RESYNC = {"syncStateNotFound", "resyncRequired", "SyncStateInvalid", "SyncStateNotFound"}
+# Graph says "forbidden" with this code on statuses other than 403, too.
+_DENIED = frozenset({"ErrorAccessDenied"})
 _PREFER = 'odata.maxpagesize=100, outlook.timezone="UTC"'
 _DAYS = {"MO": "monday", "TU": "tuesday", "WE": "wednesday", "TH": "thursday",
          "FR": "friday", "SA": "saturday", "SU": "sunday"}
@@ -71,15 +71,16 @@ class MicrosoftAdapter:
         return self._oauth.refresh_token
 
     async def verify(self) -> None:
-        _ok(await self._oauth.request("GET", f"{self._api}/me/calendars",
-                                      params={"$top": "1"}))
+        reply = await self._oauth.request("GET", f"{self._api}/me/calendars",
+                                          params={"$top": "1"})
+        reply.check(denied=_DENIED)
 
     async def calendars(self) -> Sequence[RemoteCalendar]:
         found = []
         url: str | None = f"{self._api}/me/calendars"
         while url:
             reply = await self._oauth.request("GET", url)
-            _ok(reply)
+            reply.check(denied=_DENIED)
             for item in reply.body.get("value", []):
                 found.append(RemoteCalendar(
                     remote_id=item["id"], name=item.get("name") or item["id"],
@@ -103,7 +104,7 @@ class MicrosoftAdapter:
             params = None  # the links carry their own
             if reply.status == 410 or reply.error_code() in _RESYNC:
                 raise SyncTokenRefused(f"delta token refused ({reply.error_code()})")
-            _ok(reply)
+            reply.check(denied=_DENIED)
             for item in reply.body.get("value", []):
                 if "@removed" in item:
                     if token:
@@ -139,13 +140,13 @@ class MicrosoftAdapter:
             reply = await self._oauth.request(
                 "PATCH", f"{self._api}/me/events/{key}", json=body,
                 headers={"If-Match": etag} if etag else None)
-        _written(reply, key or "new event")
+        reply.check_write(key or "new event", denied=_DENIED)
         return RemoteEvent(reply.body["id"], reply.body.get("@odata.etag"), (component,))
 
     async def delete(self, calendar: RemoteCalendar, key: str, etag: str | None) -> None:
         reply = await self._oauth.request("DELETE", f"{self._api}/me/events/{key}",
                                           headers={"If-Match": etag} if etag else None)
-        _written(reply, key)
+        reply.check_write(key, denied=_DENIED)
 
 
 def transaction_id(uid: str) -> str:
@@ -154,21 +155,6 @@ def transaction_id(uid: str) -> str:
 
 def _utc_text(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _ok(reply: Reply) -> None:
-    if reply.status == 403 or reply.error_code() == "ErrorAccessDenied":
-        raise WriteRefused(f"forbidden: {reply.error_code()}")
-    if reply.status >= 400:
-        raise ProviderError(f"HTTP {reply.status}: {reply.error_code()}")
-
-
-def _written(reply: Reply, key: str) -> None:
-    if reply.status in (404, 410):
-        raise Gone(f"{key} is not there")
-    if reply.status == 412:
-        raise Conflict(f"{key} changed on the provider")
-    _ok(reply)
 
 
 def _instant(value: dict[str, Any]) -> datetime:

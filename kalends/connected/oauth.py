@@ -13,15 +13,18 @@ with the provider's `Retry-After`; 5xx and network failures are ProviderError.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import aiohttp
 
 from kalends.connected.provider import (
+    Conflict,
     CredentialsRefused,
+    Gone,
     ProviderError,
     RateLimited,
+    WriteRefused,
     retry_after,
 )
 
@@ -44,6 +47,24 @@ class Reply:
                 return str(errors[0].get("reason", error.get("code", "")))
             return str(error.get("code", ""))
         return str(error or "")
+
+    def check(self, *, denied: Collection[str] = ()) -> None:
+        """Raise what an error reply means: 403 (or a code in `denied`, for a
+        provider that says so otherwise) is WriteRefused, other errors ProviderError."""
+        code = self.error_code()
+        if self.status == 403 or code in denied:
+            raise WriteRefused(f"forbidden: {code}")
+        if self.status >= 400:
+            raise ProviderError(f"HTTP {self.status}: {code}")
+
+    def check_write(self, key: str, *, denied: Collection[str] = ()) -> None:
+        """`check` for a write to one event: gone (404/410) and precondition
+        failed (412) are errors of their own."""
+        if self.status in (404, 410):
+            raise Gone(f"{key} is not there")
+        if self.status == 412:
+            raise Conflict(f"{key} changed on the provider")
+        self.check(denied=denied)
 
 
 class OAuthClient:

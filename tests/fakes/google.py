@@ -46,6 +46,13 @@ class GoogleState:
     limit_status: int = 403
     requests: list[str] = field(default_factory=list)
 
+    def reset(self) -> None:
+        """One mailbox again, empty: earlier grants revoked, calendars gone."""
+        for store in (self.refresh_tokens, self.access_tokens, self.calendars, self.events,
+                      self.changed_at, self.requests):
+            store.clear()
+        self.limited = 0
+
     def grant(self) -> str:
         token = "rt-" + secrets.token_hex(8)
         self.refresh_tokens.add(token)

@@ -46,6 +46,13 @@ class GraphState:
     limited: int = 0
     requests: list[str] = field(default_factory=list)
 
+    def reset(self) -> None:
+        """One mailbox again, empty: earlier grants revoked, calendars gone."""
+        for store in (self.refresh_tokens, self.access_tokens, self.calendars, self.events,
+                      self.removed, self.changed_at, self.transactions, self.requests):
+            store.clear()
+        self.limited = 0
+
     def grant(self) -> str:
         token = "mrt-" + secrets.token_hex(8)
         self.refresh_tokens.add(token)
@@ -174,22 +181,18 @@ def app(state: GraphState) -> web.Application:
     @routes.patch("/me/events/{event}")
     async def update(request: web.Request) -> web.Response:
         event_id = request.match_info["event"]
-        cal, current = _find(event_id)
-        if current is None or cal is None:
-            return _error(404, "ErrorItemNotFound")
-        if request.headers.get("If-Match", current["@odata.etag"]) != current["@odata.etag"]:
-            return _error(412, "ErrorIrresolvableConflict")
+        cal, current, refused = _writable(request, event_id)
+        if refused is not None:
+            return refused
         body = await request.json()
         return web.json_response(state.put(cal, {**current, **body, "id": event_id}))
 
     @routes.delete("/me/events/{event}")
     async def delete(request: web.Request) -> web.Response:
         event_id = request.match_info["event"]
-        cal, current = _find(event_id)
-        if current is None or cal is None:
-            return _error(404, "ErrorItemNotFound")
-        if request.headers.get("If-Match", current["@odata.etag"]) != current["@odata.etag"]:
-            return _error(412, "ErrorIrresolvableConflict")
+        cal, _, refused = _writable(request, event_id)
+        if refused is not None:
+            return refused
         state.remove(cal, event_id)
         return web.Response(status=204)
 
@@ -198,6 +201,17 @@ def app(state: GraphState) -> web.Application:
             if event_id in events:
                 return cal, events[event_id]
         return None, None
+
+    def _writable(request: web.Request, event_id: str
+                  ) -> tuple[str, dict[str, Any], web.Response | None]:
+        """The event to change, or the answer refusing the change (missing, or
+        an `If-Match` that is not its current etag)."""
+        cal, current = _find(event_id)
+        if current is None or cal is None:
+            return "", {}, _error(404, "ErrorItemNotFound")
+        if request.headers.get("If-Match", current["@odata.etag"]) != current["@odata.etag"]:
+            return cal, current, _error(412, "ErrorIrresolvableConflict")
+        return cal, current, None
 
     application = web.Application(middlewares=[gate])
     application.add_routes(routes)
