@@ -26,6 +26,37 @@ _KEY_OWNER_CHARGED = f"""
 """
 
 
+def _subject_owner(grant: str) -> str:
+    # grant_live: whether the authorization server's grant named by an access
+    # token still stands (NULL when the token names none, false when it is gone).
+    return f"""
+    SELECT c.name AS consumer, c.user_id, u.email, u.timezone,
+           CASE WHEN {grant}::text IS NULL THEN NULL
+                ELSE coalesce((SELECT revoked_at IS NULL FROM oauth_grants
+                               WHERE id = {grant}::text), false) END AS grant_live
+    FROM consumers c LEFT JOIN users u ON u.id = c.user_id
+    WHERE c.name = $1
+"""
+
+
+_SUBJECT_OWNER_CHARGED = f"""
+    WITH owner AS ({_subject_owner("$4")}),
+    bucket AS ({ratelimits.upsert("SELECT 'consumer:' || consumer, now() + $2::interval, true"
+                                  " FROM owner")})
+    SELECT owner.*, bucket.allowed, bucket.ahead FROM owner LEFT JOIN bucket ON true
+"""
+
+
+async def subject_owner(db: Database, name: str, grant_id: str | None,
+                        charge: tuple[timedelta, timedelta] | None = None
+                        ) -> asyncpg.Record | None:
+    """An OAuth token subject's consumer and user, as `key_owner` for a key;
+    `grant_live` tells whether the grant the token names (if any) stands."""
+    if charge is None:
+        return await db.fetchrow(_subject_owner("$2"), name, grant_id)
+    return await db.fetchrow(_SUBJECT_OWNER_CHARGED, name, *charge, grant_id)
+
+
 async def key_owner(db: Database, key_hash: bytes,
                     charge: tuple[timedelta, timedelta] | None = None) -> asyncpg.Record | None:
     """The key's consumer and user; with `charge` (interval, window) also the
@@ -50,6 +81,11 @@ async def user_by_email(db: Database | Tx, email: str) -> asyncpg.Record | None:
 
 async def insert_consumer(tx: Database | Tx, name: str, user_id: str | None) -> None:
     await tx.execute("INSERT INTO consumers (name, user_id) VALUES ($1, $2)", name, user_id)
+
+
+async def ensure_consumer(db: Database | Tx, name: str) -> None:
+    """An unclaimed consumer for a name first seen as an OAuth token's subject."""
+    await db.execute("INSERT INTO consumers (name) VALUES ($1) ON CONFLICT DO NOTHING", name)
 
 
 async def consumer(db: Database | Tx, name: str) -> asyncpg.Record | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from db import accounts
 from kalends.config import Rate
@@ -50,6 +50,14 @@ class Caller:
     """None while the consumer is unclaimed."""
     limit: Decision | None
 
+    @classmethod
+    def of(cls, row: Any, limit: Decision | None) -> Caller:
+        """From a lookup row (consumer, user_id, email, timezone)."""
+        viewer = None
+        if row["user_id"] is not None:
+            viewer = Viewer(row["user_id"], row["consumer"], row["email"], row["timezone"])
+        return cls(row["consumer"], viewer, limit)
+
     def claimed(self) -> Viewer:
         if self.viewer is None:
             raise ApiError(
@@ -72,8 +80,4 @@ async def authenticate_key(db: Database, authorization: str | None, rate: Rate |
     row = await accounts.key_owner(db, hash_key(key), charge)
     if row is None:
         raise _unauthenticated("The API key is unknown or revoked.")
-    viewer = None
-    if row["user_id"] is not None:
-        viewer = Viewer(row["user_id"], row["consumer"], row["email"], row["timezone"])
-    limit = None if rate is None else Decision.from_row(rate, row)
-    return Caller(row["consumer"], viewer, limit)
+    return Caller.of(row, None if rate is None else Decision.from_row(rate, row))

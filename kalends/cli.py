@@ -26,7 +26,9 @@ from db.database import Database
 from db.migrate import migrate
 from kalends import accounts, config, logs
 from kalends.connected import admin as connected_admin
+from kalends.connected import engine as connected_engine
 from kalends.connected.provider import PROVIDERS
+from kalends.oauth import keys as oauth_keys
 
 
 @contextmanager
@@ -383,6 +385,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--id", required=True)
     p.add_argument("--selected", required=True, choices=("true", "false"))
     p.set_defaults(func=_admin(lambda db, a: connected_admin.select(db, a.id, a.selected)))
+
+    p = asub.add_parser("rotate-signing-key", help="sign /mcp access tokens with a new key; "
+                        "the old one stays published until its tokens have expired")
+    p.set_defaults(func=_admin(lambda db, a: oauth_keys.rotate(
+        db, connected_engine.open_vault(_settings()))))
     return parser
 
 

@@ -60,6 +60,15 @@ class Settings:
     sync_interval: timedelta = timedelta(seconds=300)
     """How often each connected account is synced."""
     providers: ProviderSettings = field(default_factory=ProviderSettings)
+    public_url: str | None = None
+    """The service's public base URL (scheme, host, port); else each request's own.
+    /mcp's canonical URL, the tokens' audience, is this plus /mcp."""
+    oauth_issuer: str | None = None
+    """An external authorization server for /mcp; None: Kalends is its own."""
+    oauth_access_token_ttl: timedelta = timedelta(minutes=15)
+    oauth_allow_loopback_clients: bool = False
+    """Accept Client ID Metadata Documents served over http from loopback
+    (local development and tests); never for a public deployment."""
 
 
 DEFAULTS = Settings()
@@ -84,6 +93,12 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         secret_key=_secret_key(env, "KALENDS_SECRET_KEY"),
         sync_interval=_seconds(env, "KALENDS_SYNC_INTERVAL_SECONDS", DEFAULTS.sync_interval),
         providers=_providers(env),
+        public_url=_base_url(env, "KALENDS_PUBLIC_URL"),
+        oauth_issuer=_base_url(env, "KALENDS_OAUTH_ISSUER", path=True),
+        oauth_access_token_ttl=_seconds(env, "KALENDS_OAUTH_ACCESS_TOKEN_SECONDS",
+                                        DEFAULTS.oauth_access_token_ttl),
+        oauth_allow_loopback_clients=_switch(env, "KALENDS_OAUTH_ALLOW_LOOPBACK_CLIENTS",
+                                             DEFAULTS.oauth_allow_loopback_clients),
     )
 
 
@@ -115,6 +130,19 @@ def _providers(env: Mapping[str, str]) -> ProviderSettings:
         if env.get(name, "").strip():
             values[key] = env[name].strip()
     return dataclasses.replace(ProviderSettings(), **values)
+
+
+def _base_url(env: Mapping[str, str], name: str, *, path: bool = False) -> str | None:
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query \
+            or parts.fragment or (parts.path.strip("/") and not path):
+        raise _invalid(name, value, "an http(s) URL" + (" with no query" if path else
+                                                         " with no path, such as https://host"))
+    # An issuer identifier is compared as a string (RFC 8414): kept as written.
+    return value if path else value.rstrip("/")
 
 
 def _secret_key(env: Mapping[str, str], name: str) -> str | None:

@@ -70,6 +70,7 @@ class ApiError(Exception):
         param: str | None = None,
         details: dict[str, Any] | None = None,
         retry_after: int | None = None,
+        challenge: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.type, self.status = _CODES[code]
@@ -79,6 +80,9 @@ class ApiError(Exception):
         self.details = _clean_details(details) if details else None
         self.retry_after = retry_after
         """Seconds, for the Retry-After header of 429 and 503 answers."""
+        self.challenge = challenge
+        """Parameters of the WWW-Authenticate Bearer challenge of a 401 or 403
+        (RFC 6750 §3: error, scope, resource_metadata, ...)."""
 
     @property
     def extensions(self) -> dict[str, Any]:

@@ -24,6 +24,9 @@ PREFIXES = {
     "api_key": "key",
     # Operator-facing only (the CLI): a connected provider account.
     "external_account": "xac",
+    # The built-in OAuth server's registered clients and grants.
+    "oauth_client": "kcl",
+    "oauth_grant": "ogr",
 }
 
 

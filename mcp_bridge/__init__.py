@@ -1,7 +1,7 @@
 """MCP over Streamable HTTP: the registry's operations as tools (contract §8).
 
-POST /mcp-developer authenticates with an API key; POST /mcp is the OAuth
-route and answers 401 until OAuth exists. Both speak the stateless
+POST /mcp-developer authenticates with an API key; POST /mcp with an OAuth
+access token (contract §10, kalends/oauth). Both speak the stateless
 2026-07-28 protocol and the handshake versions 2025-11-25, 2025-06-18 and
 2025-03-26, and list the same tools.
 """
@@ -12,19 +12,21 @@ from aiohttp import web
 
 from kalends import registry
 from kalends.config import Settings
+from kalends.oauth import http as oauth
 from mcp_bridge import routes
 from mcp_bridge.tools import build_catalogue
-from rest_bridge.middleware import ERROR_BODIES, require_api_key
+from rest_bridge.middleware import ERROR_BODIES, require_api_key, require_credential
 
 
 def setup(app: web.Application, settings: Settings) -> None:
     app[routes.CATALOGUE] = build_catalogue(registry.OPERATIONS)
     app[routes.ALLOWED_ORIGINS] = settings.mcp_allowed_origins
     # "*" so that GET and DELETE reach the handler and get the transport's 405.
-    oauth = app.router.add_route("*", routes.OAUTH_PATH, routes.oauth)
+    mcp = app.router.add_route("*", oauth.MCP_PATH, routes.oauth)
+    require_credential(app, mcp, oauth.authenticate)
     # A tool call past the rate limit is an isError result (tools.call), not a 429.
     developer = app.router.add_route("*", "/mcp-developer", routes.developer)
     require_api_key(app, developer, defer_limit=True)
-    app.setdefault(ERROR_BODIES, {}).update({oauth: routes.error_body,
+    app.setdefault(ERROR_BODIES, {}).update({mcp: routes.error_body,
                                              developer: routes.error_body})
-    app.router.add_get(routes.RESOURCE_METADATA_PATH, routes.resource_metadata)
+    oauth.setup(app, settings)

@@ -10,11 +10,11 @@ rides along as the error's `data`.
 from __future__ import annotations
 
 from aiohttp import web
-from yarl import URL
 
 from kalends import registry
 from kalends.auth import Viewer
 from kalends.errors import ApiError
+from kalends.oauth.http import require_scope
 from kalends.services import OPERATION, RATE_LIMIT, REQUEST_ID, VIEWER
 from mcp_bridge import jsonrpc, methods, origins, protocol
 from mcp_bridge.jsonrpc import RpcError
@@ -46,32 +46,9 @@ async def oauth(request: web.Request) -> web.StreamResponse:
     refusal = _refusal(request)
     if refusal is not None:
         return refusal
-    raise ApiError(
-        "not_authenticated",
-        "POST /mcp takes OAuth access tokens, which this deployment does not issue yet; "
-        "use POST /mcp-developer with an API key.",
-    )
-
-
-async def resource_metadata(request: web.Request) -> web.Response:
-    """RFC 9728 Protected Resource Metadata for /mcp. It names no authorization
-    server yet: none issues tokens for /mcp, and a client should learn that here
-    rather than from a 404."""
-    return json_response({
-        "resource": str(request.url.origin().join(URL(OAUTH_PATH))),
-        "bearer_methods_supported": ["header"],
-        "resource_name": "Kalends MCP",
-    })
-
-
-def resource_metadata_url(request: web.Request) -> str:
-    # authorization.mdx: the 401 names the Protected Resource Metadata document,
-    # at its RFC 9728 path-suffixed well-known URI.
-    return str(request.url.origin().join(URL(RESOURCE_METADATA_PATH)))
-
-
-OAUTH_PATH = "/mcp"
-RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource" + OAUTH_PATH
+    # The guard middleware has checked the access token (401 with the challenge,
+    # 403 consumer_not_claimed); each call's scope is checked in _serve.
+    return await _serve(request, request[VIEWER])
 
 
 def error_body(request: web.Request, error: ApiError) -> web.Response:
@@ -84,9 +61,6 @@ def error_body(request: web.Request, error: ApiError) -> web.Response:
     response = json_response(jsonrpc.error(None, refused), error.status)
     response.headers.update({k: v for k, v in envelope.headers.items()
                              if k in ("WWW-Authenticate", "Retry-After")})
-    if error.status == 401 and request.path == OAUTH_PATH:
-        response.headers["WWW-Authenticate"] = (
-            f'Bearer realm="kalends", resource_metadata="{resource_metadata_url(request)}"')
     return response
 
 
@@ -121,8 +95,13 @@ async def _serve(request: web.Request, viewer: Viewer) -> web.Response:
         # Nothing a client notifies changes what this stateless server does.
         return web.Response(status=202)
     tool = message.params.get("name")
+    op = None
     if message.method == "tools/call" and isinstance(tool, str) and tool in registry.OPERATIONS:
         request[OPERATION] = tool  # names the operation in the access log, as REST does
+        op = registry.OPERATIONS[tool]
+    # An OAuth token's scopes: kalends:read for anything, kalends:write for a tool
+    # that is not read-only (its registry entry says which); 403 otherwise.
+    require_scope(request, read_only=op is None or op.mcp.read_only)
     modern = protocol.is_modern(request.headers, message)
     ctx = methods.Context(request.app, viewer, request[REQUEST_ID], request.app[CATALOGUE],
                           request.get(RATE_LIMIT))

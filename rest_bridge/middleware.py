@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from kalends import metrics, ratelimit
-from kalends.auth import Viewer, authenticate_key
+from kalends.auth import Caller, Viewer, authenticate_key
 from kalends.draining import UNCOUNTED_PATHS
 from kalends.errors import ApiError, internal_error
 from kalends.services import (
@@ -38,8 +38,18 @@ ERROR_BODIES = web.AppKey("error_bodies", dict[web.AbstractRoute, ErrorBody])
 
 API_KEY_ROUTES = web.AppKey("api_key_routes", dict[web.AbstractRoute, bool])
 """Routes that take an API key, each with whether it defers the limit to its handler."""
+Authenticator = Callable[[web.Request], Awaitable[Caller]]
+TOKEN_ROUTES = web.AppKey("token_routes", dict[web.AbstractRoute, Authenticator])
+"""Routes that take another credential (an OAuth access token on /mcp), each with
+the coroutine that checks it; their handlers enforce the limit themselves."""
 # Probes and scrapes come from infrastructure and must answer even under a flood.
 _UNLIMITED_PATHS = UNCOUNTED_PATHS
+
+
+def require_credential(app: web.Application, route: web.AbstractRoute,
+                       authenticate: Authenticator) -> None:
+    """Mark `route` as authenticated by `authenticate` (its limit deferred to the handler)."""
+    app.setdefault(TOKEN_ROUTES, {})[route] = authenticate
 
 
 def require_api_key(app: web.Application, route: web.AbstractRoute, *,
@@ -129,20 +139,26 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authenticate routes that take an API key, and charge every request to a
     rate-limit bucket: the key's consumer, else the client address."""
     routes = request.app.get(API_KEY_ROUTES, {})
+    others = request.app.get(TOKEN_ROUTES, {})
     route = request.match_info.route
     if route in routes:
-        request[VIEWER] = await _authenticate(request, defer_limit=routes[route])
+        request[VIEWER] = await _authenticate(request, _api_key, defer_limit=routes[route])
+    elif route in others:
+        request[VIEWER] = await _authenticate(request, others[route], defer_limit=True)
     elif request.path not in _UNLIMITED_PATHS:
         await _charge_address(request)
     return await handler(request)
 
 
-async def _authenticate(request: web.Request, *, defer_limit: bool) -> Viewer:
-    db = request.app[SERVICES].db
-    settings = request.app[SETTINGS]
+async def _api_key(request: web.Request) -> Caller:
+    return await authenticate_key(request.app[SERVICES].db, request.headers.get("Authorization"),
+                                  request.app[SETTINGS].rate_limit)
+
+
+async def _authenticate(request: web.Request, authenticate: Authenticator, *,
+                        defer_limit: bool) -> Viewer:
     try:
-        caller = await authenticate_key(
-            db, request.headers.get("Authorization"), settings.rate_limit)
+        caller = await authenticate(request)
     except ApiError as exc:
         if exc.code == "not_authenticated":
             await _charge_address(request)  # a flood of bad keys is limited by address

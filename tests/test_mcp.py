@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import secrets
 from typing import Any
 
@@ -13,6 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
+from oauth_flow import tokens_for
 
 from kalends import accounts
 from kalends.registry import OPERATIONS
@@ -392,10 +394,21 @@ async def test_tool_errors_carry_the_request_id(api: Any, user: Any) -> None:
     assert orjson.loads(result["content"][0]["text"]) == result["structuredContent"]
 
 
+@pytest.fixture
+async def bearer(live_server: Any, user: Any) -> Any:
+    """The user as /mcp sees them: an OAuth access token in place of the key."""
+    _, tokens = await tokens_for(live_server.url, user.api_key)
+    return dataclasses.replace(user, api_key=tokens["access_token"])
+
+
+def _caller(path: str, user: Any, bearer: Any) -> Any:
+    return bearer if path == "/mcp" else user
+
+
 @pytest.mark.parametrize("path", ["/mcp", "/mcp-developer"])
 @pytest.mark.parametrize("method", ["GET", "DELETE"])
-async def test_only_post(api: Any, user: Any, path: str, method: str) -> None:
-    status, body, headers = await api.request(method, path, user)
+async def test_only_post(api: Any, user: Any, bearer: Any, path: str, method: str) -> None:
+    status, body, headers = await api.request(method, path, _caller(path, user, bearer))
     _assert_http_refusal(status, body, 405, "method_not_allowed", -32600)
     assert headers["Allow"] == "POST"
 
@@ -431,11 +444,13 @@ async def test_body_must_be_json(api: Any, user: Any) -> None:
 
 
 @pytest.mark.parametrize("path", ["/mcp", "/mcp-developer"])
-async def test_foreign_origins_are_forbidden(api: Any, user: Any, path: str) -> None:
+async def test_foreign_origins_are_forbidden(
+    api: Any, user: Any, bearer: Any, path: str
+) -> None:
     for origin in ("http://evil.example.com", "null", "https://localhost.evil.example"):
         status, body, _ = await _post(
             api,
-            user,
+            _caller(path, user, bearer),
             _modern("server/discover")["body"],
             {**_modern("server/discover")["headers"], "Origin": origin},
             path=path,
@@ -452,21 +467,20 @@ async def test_loopback_origins_are_allowed(api: Any, user: Any) -> None:
         assert status == 200, body
 
 
-async def test_oauth_route_answers_401_until_oauth_exists(
-    live_server: Any, api: Any, user: Any
-) -> None:
+async def test_oauth_route_refuses_an_api_key(live_server: Any, api: Any, user: Any) -> None:
+    """An API key is not an access token: /mcp challenges it, pointing at its metadata."""
     request = _modern("server/discover")
     status, body, headers = await _post(api, user, request["body"], request["headers"], path="/mcp")
     error = _assert_http_refusal(status, body, 401, "not_authenticated", -32001)
-    assert "/mcp-developer" in error["message"]
+    assert "JWT" in error["message"]
     metadata_url = f"{live_server.url}/.well-known/oauth-protected-resource/mcp"
-    assert headers["WWW-Authenticate"] == (
-        f'Bearer realm="kalends", resource_metadata="{metadata_url}"')
-    # The document the challenge names exists (RFC 9728), naming /mcp as the resource.
+    assert headers["WWW-Authenticate"].startswith(
+        f'Bearer realm="kalends", resource_metadata="{metadata_url}", '
+        'scope="kalends:read kalends:write", error="invalid_token"')
     status, metadata, _ = await api.get(metadata_url.removeprefix(live_server.url))
     assert status == 200
     assert metadata["resource"] == f"{live_server.url}/mcp"
-    assert metadata["bearer_methods_supported"] == ["header"]
+    assert metadata["authorization_servers"] == [f"{live_server.url}/"]
 
 
 async def test_the_sdk_shows_why_mcp_refuses(live_server: Any) -> None:
@@ -482,7 +496,7 @@ async def test_the_sdk_shows_why_mcp_refuses(live_server: Any) -> None:
     while isinstance(error, BaseExceptionGroup):
         [error] = error.exceptions
     assert isinstance(error, MCPError)
-    assert "/mcp-developer" in error.error.message, error.error
+    assert "OAuth access token" in error.error.message, error.error
     assert error.error.code == -32001
 
 
