@@ -109,7 +109,8 @@ async def create_consumer(db: Database, name: str) -> dict[str, Any]:
 async def claim_consumer(db: Database, name: str, email: str) -> dict[str, Any]:
     user = await find_user(db, email)
     if await accounts.consumer(db, name) is None:
-        raise AdminError(f"no consumer named {name!r}")
+        raise AdminError(f"no consumer named {name!r} (an OAuth token's subject becomes "
+                         "one at its first call to /mcp)")
     if not await accounts.claim_consumer(db, name, user["id"]):
         raise AdminError(f"consumer {name!r} is already claimed by another user")
     return {"consumer": name, "email": user["email"]}

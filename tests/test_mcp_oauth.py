@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
@@ -33,7 +34,8 @@ from oauth_flow import (
     tokens_for,
 )
 
-from kalends import accounts, config
+from db import oauth as oauth_store
+from kalends import accounts, config, ids
 from kalends.connected import engine
 from kalends.oauth import keys
 from kalends.registry import OPERATIONS
@@ -484,3 +486,35 @@ def test_the_cli_rotates_keys(server: LiveServer) -> None:
     active = server.call(keys.signing_key(server.db, _vault(server)))
     assert active.kid == out["kid"]
 
+
+
+async def test_one_rate_limit_per_consumer_across_credentials(
+        server: LiveServer, person: User, http: aiohttp.ClientSession) -> None:
+    """A token's subject is charged as its API keys are: one bucket."""
+    _, tokens = await tokens_for(server.url, person.api_key)
+
+    def remaining(headers: Any) -> int:
+        return int(headers["RateLimit"].split("r=")[1].split(";")[0])
+
+    status, _, headers = await mcp(http, server, tokens["access_token"])
+    assert status == 200
+    after_token = remaining(headers)
+    async with http.get(server.url + "/v1/organizations",
+                        headers={"Authorization": f"Bearer {person.api_key}"}) as response:
+        assert response.status == 200
+        after_key = remaining(response.headers)
+    status, _, headers = await mcp(http, server, tokens["access_token"])
+    assert after_key < after_token and remaining(headers) < after_key
+
+
+async def test_expired_grants_are_forgotten(server: LiveServer, person: User) -> None:
+    stale, live = ids.new_id("ogr"), ids.new_id("ogr")
+    for grant, ttl in ((stale, timedelta(days=-2)), (live, timedelta(minutes=1))):
+        server.call(oauth_store.insert_grant(
+            server.db, grant, client_id="kcl_" + "0" * 32, consumer=person.consumer,
+            scope=BOTH, resource=server.url + "/mcp", redirect_uri=REDIRECT_URI,
+            code_hash=secrets.token_bytes(32), code_challenge="x" * 43, code_ttl=ttl))
+    server.call(oauth_store.forget_expired(server.db))
+    left = server.call(server.db.fetch("SELECT id FROM oauth_grants WHERE id = ANY($1)",
+                                       [stale, live]))
+    assert [r["id"] for r in left] == [live]

@@ -13,6 +13,7 @@ server's endpoints:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -31,7 +32,9 @@ from aiohttp import web
 from yarl import URL
 
 from db import accounts
+from db import oauth as oauth_store
 from db import secrets as instance_secrets
+from db.database import Database
 from kalends import outbound
 from kalends.auth import Caller, authenticate_key
 from kalends.config import Settings
@@ -117,7 +120,20 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             fetch_keys = _IssuerKeys(session, settings.oauth_issuer).fetch
         app[OAUTH] = OAuth(settings, Verifier(KeyCache(fetch_keys)), server,
                            await instance_secrets.get(db, "oauth_csrf"))
+        sweeper = asyncio.create_task(_forget_expired(db)) if server is not None else None
         yield
+        if sweeper is not None:
+            sweeper.cancel()
+
+
+async def _forget_expired(db: Database, every: float = 3600) -> None:
+    """Keep the grant tables to what can still be used."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await oauth_store.forget_expired(db)
+        except Exception:  # an outage, say: the next round tries again
+            log.warning("could not prune expired OAuth grants", exc_info=True)
 
 
 class _IssuerKeys:
