@@ -17,11 +17,12 @@ h1{font-size:1.35rem;margin:0 0 1rem}
 .who{background:#eef3ff;border-radius:6px;padding:.75rem 1rem;margin:0 0 1rem}
 .warn{background:#fff4e0;border-radius:6px;padding:.75rem 1rem}
 .error{background:#fde8e8;color:#8a1c1c;border-radius:6px;padding:.75rem 1rem}
-ul{padding-left:1.2rem} code{font-size:.9em;word-break:break-all}
+.who p{margin:0}
+ul{padding-left:1.2rem} code{font-size:.9em;overflow-wrap:anywhere}
 label{display:block;font-weight:600;margin:1rem 0 .3rem}
 input[type=password]{width:100%;box-sizing:border-box;padding:.55rem;font-size:1rem;
 border:1px solid #99a;border-radius:6px}
-.buttons{display:flex;gap:.75rem;margin-top:1.25rem}
+.buttons{display:flex;flex-direction:row-reverse;gap:.75rem;margin-top:1.25rem}
 button{flex:1;padding:.65rem;font-size:1rem;border-radius:6px;border:1px solid #99a;
 background:#fff;cursor:pointer}
 button[value=allow]{background:#2656d9;color:#fff;border-color:#2656d9}
@@ -36,7 +37,7 @@ def consent(request: AuthorizationRequest, *, csrf: str, error: str | None = Non
         vouch = (f"Its identity is published at <code>{escape(client.client_id)}</code>, "
                  f"on <strong>{escape(client.host)}</strong>.")
     else:
-        vouch = ("It registered itself with this server; its name is its own claim "
+        vouch = ("Kalends has not verified this name: the application registered itself "
                  f"(client <code>{escape(client.client_id)}</code>).")
     redirect = urlsplit(request.redirect_uri)
     where = escape(request.redirect_uri)
@@ -62,10 +63,12 @@ def consent(request: AuthorizationRequest, *, csrf: str, error: str | None = Non
 <input type="hidden" name="csrf" value="{escape(csrf)}">
 <label for="api_key">Your Kalends API key</label>
 <input type="password" id="api_key" name="api_key" autocomplete="off" required>
-<small>It proves who you are and is not kept; the application never sees it.</small>
+<small>It proves who you are and is not kept; the application never sees it.
+Your Kalends administrator gives you one (<code>kalends admin create-key</code>).</small>
 <div class="buttons">
-<button type="submit" name="decision" value="deny" formnovalidate>Deny</button>
+<!-- Allow first: Enter in the key field submits with the form's first button. -->
 <button type="submit" name="decision" value="allow">Allow</button>
+<button type="submit" name="decision" value="deny" formnovalidate>Deny</button>
 </div>
 </form>""")
 
