@@ -91,18 +91,14 @@ async def redeem_code(tx: Tx, code_hash: bytes) -> tuple[str, asyncpg.Record | N
     """Mark the code redeemed. Returns ("ok", grant), ("reused", grant) for a
     code redeemed before, ("expired"|"revoked", grant), or ("unknown", None)."""
     row = await tx.fetchrow(
-        "SELECT *, code_expires_at < now() AS expired FROM oauth_grants WHERE code_hash = $1 "
+        "SELECT *, id AS grant_id, code_expires_at < now() AS expired FROM oauth_grants "
+        "WHERE code_hash = $1 "
         "FOR UPDATE", code_hash)
-    if row is None:
-        return "unknown", None
-    if row["revoked_at"] is not None:
-        return "revoked", row
-    if row["redeemed_at"] is not None:
-        return "reused", row
-    if row["expired"]:
-        return "expired", row
-    await tx.execute("UPDATE oauth_grants SET redeemed_at = now() WHERE id = $1", row["id"])
-    return "ok", row
+    outcome = _verdict(row, "redeemed_at")
+    if outcome == "ok":
+        assert row is not None
+        await tx.execute("UPDATE oauth_grants SET redeemed_at = now() WHERE id = $1", row["id"])
+    return outcome, row
 
 
 async def revoke_grant(db: Conn, grant_id: str, reason: str) -> None:
@@ -127,17 +123,22 @@ async def use_refresh_token(tx: Tx, token_hash: bytes) -> tuple[str, asyncpg.Rec
         " g.client_id, g.consumer_name, g.resource, g.revoked_at"
         " FROM oauth_refresh_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
         " WHERE t.token_hash = $1 FOR UPDATE OF t, g", token_hash)
+    outcome = _verdict(row, "used_at")
+    if outcome == "ok":
+        await tx.execute(
+            "UPDATE oauth_refresh_tokens SET used_at = now() WHERE token_hash = $1", token_hash)
+    return outcome, row
+
+
+def _verdict(row: asyncpg.Record | None, used: str) -> str:
+    """What a single-use secret's row (locked) says of presenting it now."""
     if row is None:
-        return "unknown", None
+        return "unknown"
     if row["revoked_at"] is not None:
-        return "revoked", row
-    if row["used_at"] is not None:
-        return "reused", row
-    if row["expired"]:
-        return "expired", row
-    await tx.execute(
-        "UPDATE oauth_refresh_tokens SET used_at = now() WHERE token_hash = $1", token_hash)
-    return "ok", row
+        return "revoked"
+    if row[used] is not None:
+        return "reused"
+    return "expired" if row["expired"] else "ok"
 
 
 async def grant_of_refresh_token(db: Conn, token_hash: bytes) -> str | None:

@@ -15,7 +15,7 @@ from db.database import Database
 from graph.context import Services
 from graph.http import KalendsGraphQLView
 from graph.schema import schema
-from kalends import config, jobs, metrics, registry, sync
+from kalends import config, housekeeping, jobs, metrics, registry, sync
 from kalends.connected.engine import connected_jobs
 from kalends.draining import Drain
 from kalends.errors import ApiError
@@ -49,7 +49,9 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
         cursor_secret = await secrets.get(db, "cursor")
         app[SERVICES] = Services(db=db, cursors=Cursors(cursor_secret), schema=schema._schema,
                                  sync_interval=settings.sync_interval)
-        sweeper = asyncio.create_task(_forget_idle_buckets(db))
+        # Keep the rate-limit table as small as the set of recently active callers.
+        sweeper = asyncio.create_task(housekeeping.every(
+            600, "prune rate-limit buckets", lambda: ratelimits.forget_idle(db)))
         if run_jobs if run_jobs is not None else settings.jobs_in_process:
             # A pool of its own: jobs never take the connections requests need.
             jobs_db = await Database.connect(dsn, min_size=1, max_size=4)
@@ -77,16 +79,6 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     routes.setup(app)
     mcp_bridge.setup(app, settings)
     return app
-
-
-async def _forget_idle_buckets(db: Database, every: float = 600) -> None:
-    """Keep the rate-limit table as small as the set of recently active callers."""
-    while True:
-        await asyncio.sleep(every)
-        try:
-            await ratelimits.forget_idle(db)
-        except Exception:  # an outage, say: the next round tries again
-            log.warning("could not prune rate-limit buckets", exc_info=True)
 
 
 async def _healthz(request: web.Request) -> web.Response:

@@ -7,15 +7,34 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import aiohttp
+from conftest import LiveServer, migrated_database
+
+from kalends import config
 
 REDIRECT_URI = "http://127.0.0.1:33418/callback"
 BOTH = "kalends:read kalends:write"
+
+
+@contextmanager
+def serving(database_url: str, prefix: str) -> Iterator[LiveServer]:
+    """A server of its own (fresh database, its own secret key) whose built-in
+    authorization server takes metadata documents served from loopback."""
+    settings = replace(config.load(), oauth_allow_loopback_clients=True,
+                       secret_key=secrets.token_urlsafe(32))
+    with migrated_database(database_url, prefix) as dsn:
+        live = LiveServer(dsn, settings=settings)
+        try:
+            yield live
+        finally:
+            live.close()
 
 
 class _Form(HTMLParser):

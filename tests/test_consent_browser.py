@@ -32,10 +32,9 @@ from urllib.parse import parse_qs, quote
 
 import aiohttp
 import pytest
-from conftest import LiveServer, migrated_database
-from oauth_flow import REDIRECT_URI, Flow, pkce, query_of, register
+from conftest import LiveServer
+from oauth_flow import REDIRECT_URI, Flow, pkce, query_of, register, serving
 
-from kalends import config
 from kalends.oauth.server import SCOPE_WORDS
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -53,14 +52,8 @@ pytestmark = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
 
 @pytest.fixture(scope="module")
 def server(database_url: str) -> Iterator[LiveServer]:
-    settings = dataclasses.replace(config.load(), oauth_allow_loopback_clients=True,
-                                   secret_key=secrets.token_urlsafe(32))
-    with migrated_database(database_url, "kalends_consent") as dsn:
-        live = LiveServer(dsn, settings=settings)
-        try:
-            yield live
-        finally:
-            live.close()
+    with serving(database_url, "kalends_consent") as live:
+        yield live
 
 
 @dataclasses.dataclass

@@ -21,7 +21,7 @@ import hmac
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -34,8 +34,7 @@ from yarl import URL
 from db import accounts
 from db import oauth as oauth_store
 from db import secrets as instance_secrets
-from db.database import Database
-from kalends import outbound
+from kalends import housekeeping, outbound
 from kalends.auth import Caller, authenticate_key
 from kalends.config import Settings
 from kalends.connected import engine as connected
@@ -120,20 +119,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             fetch_keys = _IssuerKeys(session, settings.oauth_issuer).fetch
         app[OAUTH] = OAuth(settings, Verifier(KeyCache(fetch_keys)), server,
                            await instance_secrets.get(db, "oauth_csrf"))
-        sweeper = asyncio.create_task(_forget_expired(db)) if server is not None else None
+        sweeper = None if server is None else asyncio.create_task(housekeeping.every(
+            3600, "prune expired OAuth grants", lambda: oauth_store.forget_expired(db)))
         yield
         if sweeper is not None:
             sweeper.cancel()
-
-
-async def _forget_expired(db: Database, every: float = 3600) -> None:
-    """Keep the grant tables to what can still be used."""
-    while True:
-        await asyncio.sleep(every)
-        try:
-            await oauth_store.forget_expired(db)
-        except Exception:  # an outage, say: the next round tries again
-            log.warning("could not prune expired OAuth grants", exc_info=True)
 
 
 class _IssuerKeys:
@@ -325,38 +315,46 @@ async def consent(request: web.Request) -> web.StreamResponse:
     raise web.HTTPSeeOther(location)
 
 
-async def token(request: web.Request) -> web.Response:
-    oauth = request.app[OAUTH]
-    assert oauth.server is not None
-    try:
-        form = await _form(request)
-        return _json(await oauth.server.token(form, _basic(request),
-                                              issuer=oauth.issuer(request)))
-    except OAuthError as exc:
-        return _oauth_error(exc)
+def _endpoint(handler: Callable[[web.Request, OAuth, AuthorizationServer],
+                                 Awaitable[web.Response]]) -> Callable[[web.Request],
+                                                                     Awaitable[web.Response]]:
+    """A JSON endpoint of the built-in server: its OAuthErrors as RFC 6749 §5.2 answers."""
+    async def endpoint(request: web.Request) -> web.Response:
+        oauth = request.app[OAUTH]
+        assert oauth.server is not None
+        try:
+            return await handler(request, oauth, oauth.server)
+        except OAuthError as exc:
+            response = _json(exc.body(), exc.status)
+            if exc.status == 401:
+                response.headers["WWW-Authenticate"] = 'Basic realm="kalends"'
+            return response
+
+    return endpoint
 
 
-async def register(request: web.Request) -> web.Response:
-    oauth = request.app[OAUTH]
-    assert oauth.server is not None
+@_endpoint
+async def token(request: web.Request, oauth: OAuth, server: AuthorizationServer
+                ) -> web.Response:
+    form = await _form(request)
+    return _json(await server.token(form, _basic(request), issuer=oauth.issuer(request)))
+
+
+@_endpoint
+async def register(request: web.Request, oauth: OAuth, server: AuthorizationServer
+                   ) -> web.Response:
     try:
         body = orjson.loads(await request.read())
     except orjson.JSONDecodeError:
-        return _oauth_error(OAuthError("invalid_client_metadata", "The body must be JSON."))
-    try:
-        return _json(await oauth.server.register(body), 201)
-    except OAuthError as exc:
-        return _oauth_error(exc)
+        raise OAuthError("invalid_client_metadata", "The body must be JSON.") from None
+    return _json(await server.register(body), 201)
 
 
-async def revoke(request: web.Request) -> web.Response:
-    oauth = request.app[OAUTH]
-    assert oauth.server is not None
-    try:
-        form = await _form(request)
-        await oauth.server.revoke(form, _basic(request), issuer=oauth.issuer(request))
-    except OAuthError as exc:
-        return _oauth_error(exc)
+@_endpoint
+async def revoke(request: web.Request, oauth: OAuth, server: AuthorizationServer
+                 ) -> web.Response:
+    form = await _form(request)
+    await server.revoke(form, _basic(request), issuer=oauth.issuer(request))
     return _json({})
 
 
@@ -382,13 +380,6 @@ def _basic(request: web.Request) -> tuple[str, str] | None:
         raise OAuthError("invalid_client", "Malformed Basic credentials.", status=401) from None
     # RFC 6749 §2.3.1: both are form-urlencoded before Basic encoding.
     return unquote(user.replace("+", " ")), unquote(password.replace("+", " "))
-
-
-def _oauth_error(exc: OAuthError) -> web.Response:
-    response = _json(exc.body(), exc.status)
-    if exc.status == 401:
-        response.headers["WWW-Authenticate"] = 'Basic realm="kalends"'
-    return response
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

@@ -18,7 +18,7 @@ import hmac
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -27,7 +27,7 @@ from urllib.parse import urlencode, urlsplit
 import jwt
 
 from db import oauth as store
-from db.database import Database
+from db.database import Database, Tx
 from kalends import ids
 from kalends.connected.vault import Vault
 from kalends.oauth import keys
@@ -271,14 +271,9 @@ class AuthorizationServer:
 
     async def _redeem_code(self, form: Mapping[str, str], client: Client,
                            issuer: str) -> dict[str, Any]:
-        code, verifier = form.get("code", ""), form.get("code_verifier", "")
-        async with self._db.transaction() as tx:
-            outcome, grant = await store.redeem_code(tx, _hash(code))
-            if outcome == "reused" and grant is not None:
-                # A code presented twice has leaked: end whatever it was exchanged for.
-                await store.revoke_grant(tx, grant["id"], "authorization code reused")
-        if outcome != "ok" or grant is None:
-            raise OAuthError("invalid_grant", f"The authorization code is {outcome}.")
+        verifier = form.get("code_verifier", "")
+        grant = await self._use_once(store.redeem_code, form.get("code", ""),
+                                     "authorization code")
         if grant["client_id"] != client.client_id:
             raise OAuthError("invalid_grant", "The code was issued to another client.")
         if form.get("redirect_uri", grant["redirect_uri"]) != grant["redirect_uri"]:
@@ -288,19 +283,13 @@ class AuthorizationServer:
             raise OAuthError("invalid_grant", "code_verifier does not match the code_challenge.")
         if form.get("resource", grant["resource"]) != grant["resource"]:
             raise OAuthError("invalid_target", f"The grant is for {grant['resource']}.")
-        return await self._issue(grant["id"], client, grant["consumer_name"], grant["scope"],
+        return await self._issue(grant["grant_id"], client, grant["consumer_name"], grant["scope"],
                                  grant["resource"], issuer)
 
     async def _refresh(self, form: Mapping[str, str], client: Client,
                        issuer: str) -> dict[str, Any]:
-        async with self._db.transaction() as tx:
-            outcome, row = await store.use_refresh_token(tx, _hash(form.get("refresh_token", "")))
-            if outcome == "reused" and row is not None:
-                # Rotation makes each refresh token single-use: a second use means
-                # two parties hold it. Revoke the family; the rightful client signs in again.
-                await store.revoke_grant(tx, row["grant_id"], "refresh token reused")
-        if outcome != "ok" or row is None:
-            raise OAuthError("invalid_grant", f"The refresh token is {outcome}.")
+        row = await self._use_once(store.use_refresh_token, form.get("refresh_token", ""),
+                                   "refresh token")
         if row["client_id"] != client.client_id:
             raise OAuthError("invalid_grant", "The refresh token was issued to another client.")
         if form.get("resource", row["resource"]) != row["resource"]:
@@ -314,6 +303,19 @@ class AuthorizationServer:
             scope = " ".join(s for s in SCOPES if s in asked.split())
         return await self._issue(row["grant_id"], client, row["consumer_name"], scope,
                                  row["resource"], issuer)
+
+    async def _use_once(self, use: Callable[[Tx, bytes], Awaitable[tuple[str, Any]]],
+                        secret: str, what: str) -> Any:
+        """Present a single-use secret (a code, a refresh token). One presented a
+        second time has leaked, or two parties hold it: its whole grant is revoked,
+        refresh tokens and access tokens alike, and the rightful client signs in again."""
+        async with self._db.transaction() as tx:
+            outcome, row = await use(tx, _hash(secret))
+            if outcome == "reused" and row is not None:
+                await store.revoke_grant(tx, row["grant_id"], f"{what} reused")
+        if outcome != "ok" or row is None:
+            raise OAuthError("invalid_grant", f"The {what} is {outcome}.")
+        return row
 
     async def _issue(self, grant_id: str, client: Client, consumer: str, scope: str,
                      resource: str, issuer: str) -> dict[str, Any]:
