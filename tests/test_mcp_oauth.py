@@ -517,3 +517,16 @@ async def test_expired_grants_are_forgotten(server: LiveServer, person: User) ->
     left = server.call(server.db.fetch("SELECT id FROM oauth_grants WHERE id = ANY($1)",
                                        [stale, live]))
     assert [r["id"] for r in left] == [live]
+
+
+async def test_a_token_checked_before_still_expires(server: LiveServer, person: User,
+                                                    http: aiohttp.ClientSession) -> None:
+    """Checked claims are remembered between calls, never past the token's expiry
+    (and the 30 s leeway for clocks)."""
+    token = sign(server, {"sub": person.consumer, "exp": int(time.time()) - 27})
+    for _ in range(2):
+        status, _, _ = await mcp(http, server, token)
+        assert status == 200
+    await asyncio.sleep(4)
+    status, _, headers = await mcp(http, server, token)
+    assert status == 401 and challenge(headers)["error"] == "invalid_token"

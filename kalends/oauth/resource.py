@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,12 @@ LEEWAY_SECONDS = 30
 # A token naming an unknown key makes the JWKS be fetched again, at most this
 # often: a stream of forged `kid`s must not become a stream of fetches.
 _REFETCH_SECONDS = 1.0
+# An agent sends one token with many calls: its checked claims are kept (never
+# past its expiry and leeway, nor longer than this) rather than its signature checked
+# again each time, which costs ~0.2 ms, a fifth of a call. Revocation is
+# unaffected: the grant is looked up per request.
+_REMEMBER_SECONDS = 300.0
+_REMEMBERED = 10_000
 
 
 class TokenRefused(Exception):
@@ -62,6 +69,9 @@ class KeyCache:
         self._fetched_at = float("-inf")
         self._lock = asyncio.Lock()
 
+    def holds(self, kid: str) -> bool:
+        return kid in self._keys
+
     async def key(self, kid: str) -> jwt.PyJWK | None:
         if kid not in self._keys:
             await self._refresh()
@@ -82,8 +92,26 @@ class KeyCache:
 class Verifier:
     def __init__(self, keys: KeyCache) -> None:
         self._keys = keys
+        self._checked: OrderedDict[tuple[str, str, str], tuple[float, str, Access]] = \
+            OrderedDict()
 
     async def verify(self, token: str, *, issuer: str, audience: str) -> Access:
+        key = (token, issuer, audience)
+        remembered = self._checked.get(key)
+        # Its signing key must still be in the issuer's set as last fetched.
+        if remembered is not None and time.time() < remembered[0] \
+                and self._keys.holds(remembered[1]):
+            self._checked.move_to_end(key)
+            return remembered[2]
+        kid, access, expires = await self._verify(token, issuer=issuer, audience=audience)
+        until = min(expires + LEEWAY_SECONDS, time.time() + _REMEMBER_SECONDS)
+        self._checked[key] = (until, kid, access)
+        if len(self._checked) > _REMEMBERED:
+            self._checked.popitem(last=False)
+        return access
+
+    async def _verify(self, token: str, *, issuer: str, audience: str
+                      ) -> tuple[str, Access, float]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError as exc:
@@ -113,8 +141,9 @@ class Verifier:
         subject = claims["sub"]
         if not isinstance(subject, str) or not subject:
             raise TokenRefused("The access token has no subject.")
-        return Access(subject, frozenset(_scopes(claims)), _text(claims.get("client_id")),
-                      _text(claims.get("grant_id")))
+        access = Access(subject, frozenset(_scopes(claims)), _text(claims.get("client_id")),
+                        _text(claims.get("grant_id")))
+        return kid, access, float(claims["exp"])
 
 
 def _usable(keys: Iterable[Any]) -> Iterable[tuple[str, jwt.PyJWK]]:
