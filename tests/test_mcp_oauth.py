@@ -4,6 +4,7 @@ metadata, the official SDK completing the flow, and each refusal."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import secrets
 import subprocess
@@ -18,7 +19,7 @@ import jwt
 import orjson
 import pytest
 from aiohttp import web
-from conftest import LiveServer, User
+from conftest import LiveServer, User, migrated_database
 from cryptography.hazmat.primitives.asymmetric import ec
 from mcp_oauth_sdk import MemoryTokenStorage, connect_and_use
 from oauth_flow import (
@@ -35,7 +36,7 @@ from oauth_flow import (
 )
 
 from db import oauth as oauth_store
-from kalends import accounts, ids
+from kalends import accounts, config, ids
 from kalends.connected import engine
 from kalends.oauth import keys
 from kalends.registry import OPERATIONS
@@ -530,3 +531,54 @@ async def test_a_token_checked_before_still_expires(server: LiveServer, person: 
     await asyncio.sleep(4)
     status, _, headers = await mcp(http, server, token)
     assert status == 401 and challenge(headers)["error"] == "invalid_token"
+
+
+async def test_concurrent_uses_of_one_refresh_token(server: LiveServer, person: User,
+                                                    http: aiohttp.ClientSession) -> None:
+    """Five clients racing with one refresh token: exactly one wins (row locks),
+    and the others' attempts count as reuse, so the family ends."""
+    flow, tokens = await tokens_for(server.url, person.api_key)
+    answers = await asyncio.gather(*(
+        flow.token(http, grant_type="refresh_token", refresh_token=tokens["refresh_token"])
+        for _ in range(5)))
+    winners = [body for status, body in answers if status == 200]
+    assert len(winners) == 1, answers
+    assert all(body["error"] == "invalid_grant" for status, body in answers if status != 200)
+    status, body = await flow.token(http, grant_type="refresh_token",
+                                    refresh_token=winners[0]["refresh_token"])
+    assert status == 400 and body["error"] == "invalid_grant"
+
+
+def test_grants_and_keys_outlive_a_restart(database_url: str) -> None:
+    """The signing key and the grants live in the database: after the process
+    that issued them is gone, another on the same database refreshes the grant
+    and signs with the same key."""
+    settings = dataclasses.replace(config.load(), secret_key=secrets.token_urlsafe(32))
+    with migrated_database(database_url, "kalends_oauth_restart") as dsn:
+        first = LiveServer(dsn, settings=settings)
+        try:
+            user = first.create_user()
+            flow, tokens = asyncio.run(tokens_for(first.url, user.api_key))
+        finally:
+            first.close()
+        second = LiveServer(dsn, settings=settings)
+
+        async def refresh() -> tuple[int, dict[str, Any], list[str]]:
+            async with aiohttp.ClientSession() as http:
+                # The grant is for the first process's URL (another port): refreshed
+                # for that resource, through the second process.
+                status, body = await Flow(second.url, flow.client_id).token(
+                    http, grant_type="refresh_token", refresh_token=tokens["refresh_token"],
+                    resource=first.url + "/mcp")
+                async with http.get(second.url + "/oauth/jwks.json") as response:
+                    published = await response.json()
+            return status, body, [k["kid"] for k in published["keys"]]
+
+        try:
+            status, body, kids = asyncio.run(refresh())
+        finally:
+            second.close()
+    assert status == 200, body
+    kid = jwt.get_unverified_header(tokens["access_token"])["kid"]
+    assert jwt.get_unverified_header(body["access_token"])["kid"] == kid
+    assert kids == [kid]
