@@ -483,13 +483,20 @@ async def test_selection_and_calendar_ids(world: World, person: Person, api: Api
     assert code == 1 and "xcal_" in bad["error"]
 
 
-async def test_subscription_copies_are_kept_in_step_and_removed(
-        world: World, person: Person, api: Api) -> None:
+async def connected_beside_a_host(world: World, person: Person, api: Api
+                                  ) -> tuple[str, str, User, dict[str, Any]]:
+    """The person's account connected and synced (its account and first calendar),
+    and another user with a profile to subscribe to."""
     out = connect(world, person)
     account, cal_id = out["account_id"], out["calendars"][0]["id"]
     await settled(world, account)
     host = world.server.create_user()
-    profile = await new_profile(api, host)
+    return account, cal_id, host, await new_profile(api, host)
+
+
+async def test_subscription_copies_are_kept_in_step_and_removed(
+        world: World, person: Person, api: Api) -> None:
+    account, cal_id, host, profile = await connected_beside_a_host(world, person, api)
     d = in_days(8)
     event = await new_event(api, host, profile, title="Concert",
                             start_time=f"{d.isoformat()}T20:00", end_time=f"{d.isoformat()}T22:00",
@@ -561,11 +568,7 @@ async def test_subscription_copies_are_kept_in_step_and_removed(
 
 async def test_access_lost_and_deleted_events_remove_copies(
         world: World, person: Person, api: Api) -> None:
-    out = connect(world, person)
-    account, cal_id = out["account_id"], out["calendars"][0]["id"]
-    await settled(world, account)
-    host = world.server.create_user()
-    profile = await new_profile(api, host)
+    account, cal_id, host, profile = await connected_beside_a_host(world, person, api)
     d = in_days(9)
     one = await new_event(api, host, profile, title="One", start_time=f"{d.isoformat()}T10:00")
     two = await new_event(api, host, profile, title="Two", start_time=f"{d.isoformat()}T12:00")
@@ -617,11 +620,7 @@ async def test_disconnect_removes_everything_that_came_from_or_went_to_the_accou
     device = other_device(world, person)
     d = in_days(3)
     device.save_event(vcalendar(vevent("mine@dev", "Mine", stamp(d, 9), stamp(d, 10))))
-    out = connect(world, person)
-    account, cal_id = out["account_id"], out["calendars"][0]["id"]
-    await settled(world, account)
-    host = world.server.create_user()
-    profile = await new_profile(api, host)
+    account, cal_id, host, profile = await connected_beside_a_host(world, person, api)
     event = await new_event(api, host, profile, title="Pushed",
                             start_time=f"{d.isoformat()}T18:00")
     status, sub, _ = await api.post("/v1/subscriptions", person.user, json={
