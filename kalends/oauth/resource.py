@@ -27,8 +27,8 @@ SCOPES = (READ, WRITE)
 ALGORITHMS = ("ES256", "ES384", "ES512", "RS256", "RS384", "RS512", "PS256", "PS384",
               "PS512", "EdDSA")
 LEEWAY_SECONDS = 30
-# A token naming an unknown key makes the JWKS be fetched again, at most this
-# often: a stream of forged `kid`s must not become a stream of fetches.
+# A token naming an unknown key makes the JWKS be fetched again, at most once
+# per this many seconds: a stream of forged `kid`s must not become a stream of fetches.
 _REFETCH_SECONDS = 1.0
 # An agent sends one token with many calls: its checked claims are kept (never
 # past its expiry and leeway, nor longer than this) rather than its signature checked
@@ -78,12 +78,16 @@ class KeyCache:
         return self._keys.get(kid)
 
     async def _refresh(self) -> None:
-        started = time.monotonic()
+        asked = time.monotonic()
         async with self._lock:
             # Whoever waited on the lock while another fetched uses that fetch.
-            recent = time.monotonic() - self._fetched_at < _REFETCH_SECONDS
-            if self._fetched_at >= started or recent:
+            if self._fetched_at >= asked:
                 return
+            # Fetches are spaced: a key rotated just after a fetch waits for the
+            # next one (under a second) rather than being refused.
+            wait = self._fetched_at + _REFETCH_SECONDS - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
             document = await self._fetch()
             self._keys = dict(_usable(document.get("keys", [])))
             self._fetched_at = time.monotonic()
