@@ -16,14 +16,21 @@ _KEY_OWNER = """
     LEFT JOIN users u ON u.id = c.user_id
     WHERE k.key_hash = $1 AND k.revoked_at IS NULL
 """
-# The same lookup charging the consumer's rate-limit bucket in the same
-# statement: authentication and the limit cost one round trip together.
-_KEY_OWNER_CHARGED = f"""
-    WITH owner AS ({_KEY_OWNER}),
+
+
+def _charged(owner: str) -> str:
+    """An owner lookup that also charges the consumer's rate-limit bucket in the
+    same statement ($2 interval, $3 window): authentication and the limit cost
+    one round trip together."""
+    return f"""
+    WITH owner AS ({owner}),
     bucket AS ({ratelimits.upsert("SELECT 'consumer:' || consumer, now() + $2::interval, true"
                                   " FROM owner")})
     SELECT owner.*, bucket.allowed, bucket.ahead FROM owner LEFT JOIN bucket ON true
 """
+
+
+_KEY_OWNER_CHARGED = _charged(_KEY_OWNER)
 
 
 def _subject_owner(grant: str) -> str:
@@ -39,12 +46,7 @@ def _subject_owner(grant: str) -> str:
 """
 
 
-_SUBJECT_OWNER_CHARGED = f"""
-    WITH owner AS ({_subject_owner("$4")}),
-    bucket AS ({ratelimits.upsert("SELECT 'consumer:' || consumer, now() + $2::interval, true"
-                                  " FROM owner")})
-    SELECT owner.*, bucket.allowed, bucket.ahead FROM owner LEFT JOIN bucket ON true
-"""
+_SUBJECT_OWNER_CHARGED = _charged(_subject_owner("$4"))
 
 
 async def subject_owner(db: Database, name: str, grant_id: str | None,

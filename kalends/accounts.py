@@ -19,7 +19,8 @@ from kalends.auth import hash_key, new_key
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _HANDLE = re.compile(r"^[A-Za-z0-9_.-]{3,64}$")
-_CONSUMER = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+"""Contract §6; the database checks the same pattern."""
 ROLES = ("owner", "admin", "member")
 
 
@@ -94,7 +95,7 @@ async def create_key(db: Database, email: str) -> dict[str, Any]:
 
 
 async def create_consumer(db: Database, name: str) -> dict[str, Any]:
-    if not _CONSUMER.match(name):
+    if not CONSUMER_NAME.match(name):
         raise AdminError("a consumer name is 1 to 128 letters, digits, '_' or '-'")
     key, key_hash = new_key()
     try:

@@ -19,7 +19,6 @@ import binascii
 import hashlib
 import hmac
 import logging
-import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from db import accounts
 from db import oauth as oauth_store
 from db import secrets as instance_secrets
 from kalends import housekeeping, outbound
+from kalends.accounts import CONSUMER_NAME
 from kalends.auth import Caller, authenticate_key
 from kalends.config import Settings
 from kalends.connected import engine as connected
@@ -42,9 +42,17 @@ from kalends.errors import ApiError
 from kalends.oauth import keys, pages
 from kalends.oauth.client_metadata import ClientMetadataFetcher
 from kalends.oauth.resource import SCOPES, Access, KeyCache, TokenRefused, Verifier
-from kalends.oauth.server import AuthorizationServer, NotRedirectable, OAuthError, Redirected
+from kalends.oauth.server import (
+    AUTH_METHODS,
+    GRANT_TYPES,
+    AuthorizationServer,
+    NotRedirectable,
+    OAuthError,
+    Redirected,
+)
 from kalends.ratelimit import Decision
 from kalends.services import SERVICES, SETTINGS
+from rest_bridge.responses import json_response
 
 log = logging.getLogger("kalends.oauth")
 
@@ -52,7 +60,6 @@ MCP_PATH = "/mcp"
 RESOURCE_METADATA = "/.well-known/oauth-protected-resource"
 ACCESS = web.RequestKey("oauth_access", Access)
 _CSRF_COOKIE = "kalends_oauth"
-_CONSUMER = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 @dataclass
@@ -185,7 +192,7 @@ async def authenticate(request: web.Request) -> Caller:
                                              audience=oauth.resource(request))
     except TokenRefused as exc:
         raise _invalid_token(request, str(exc)) from None
-    if not _CONSUMER.match(access.subject):
+    if not CONSUMER_NAME.match(access.subject):
         raise ApiError("consumer_not_claimed",
                        f"The token's subject {access.subject[:200]!r} cannot name a consumer.")
     db, rate = request.app[SERVICES].db, request.app[SETTINGS].rate_limit
@@ -249,12 +256,10 @@ async def server_metadata(request: web.Request) -> web.Response:
         "scopes_supported": list(SCOPES),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": list(GRANT_TYPES),
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic",
-                                                  "client_secret_post"],
-        "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic",
-                                                       "client_secret_post"],
+        "token_endpoint_auth_methods_supported": list(AUTH_METHODS),
+        "revocation_endpoint_auth_methods_supported": list(AUTH_METHODS),
         "client_id_metadata_document_supported": True,
         "authorization_response_iss_parameter_supported": True,
     })
@@ -383,9 +388,10 @@ def _basic(request: web.Request) -> tuple[str, str] | None:
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
+    response = json_response(data, status)
     # Tokens and metadata both: never cached by a shared cache (RFC 6749 §5.1).
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json",
-                        headers={"Cache-Control": "no-store"})
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 def _html(body: str, status: int = 200) -> web.Response:

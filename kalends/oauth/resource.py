@@ -46,7 +46,6 @@ class TokenRefused(Exception):
 class Access:
     subject: str
     scopes: frozenset[str]
-    client_id: str | None
     grant_id: str | None
     """The built-in server's grant, checked against revocation per request."""
 
@@ -145,8 +144,9 @@ class Verifier:
         subject = claims["sub"]
         if not isinstance(subject, str) or not subject:
             raise TokenRefused("The access token has no subject.")
-        access = Access(subject, frozenset(_scopes(claims)), _text(claims.get("client_id")),
-                        _text(claims.get("grant_id")))
+        grant = claims.get("grant_id")
+        access = Access(subject, frozenset(_scopes(claims)),
+                        grant if isinstance(grant, str) else None)
         return kid, access, float(claims["exp"])
 
 
@@ -174,6 +174,3 @@ def _scopes(claims: dict[str, Any]) -> list[str]:
         return scp.split()
     return []
 
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None

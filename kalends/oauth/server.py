@@ -1,12 +1,16 @@
 """The built-in authorization server (contract §10): what it accepts and what
-it issues, apart from HTTP (kalends/oauth/routes.py) and HTML (pages.py).
+it issues, apart from HTTP (kalends/oauth/http.py) and HTML (pages.py).
+
+Codes, refresh tokens and client secrets are 256 random bits, as API keys are,
+and are stored as API keys are: a plain hash (`auth.hash_key`), which keeps a
+database reader from using them.
 
 - Clients: a Client ID Metadata Document URL (fetched, kalends/oauth/
   client_metadata.py) or a `kcl_` id from Dynamic Client Registration.
 - Authorization code with PKCE, S256 only; redirect URIs matched exactly;
   `iss` in every authorization response (RFC 9207).
 - Access tokens: JWTs for the /mcp audience, minutes long. Refresh tokens:
-  opaque, stored hashed, rotated on each use; presenting a used one again
+  opaque, rotated on each use; presenting a used one again
   revokes its whole grant (and the access tokens naming it).
 """
 
@@ -29,6 +33,7 @@ import jwt
 from db import oauth as store
 from db.database import Database, Tx
 from kalends import ids
+from kalends.auth import hash_key
 from kalends.connected.vault import Vault
 from kalends.oauth import keys
 from kalends.oauth.client_metadata import (
@@ -47,8 +52,8 @@ SCOPE_WORDS = {
 }
 _PKCE = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
 _CLIENT_ID = re.compile(r"^kcl_[0-9a-f]{32}$")
-_AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post")
-_GRANT_TYPES = ("authorization_code", "refresh_token")
+AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post")
+GRANT_TYPES = ("authorization_code", "refresh_token")
 
 
 class OAuthError(Exception):
@@ -157,11 +162,11 @@ class AuthorizationServer:
                 raise OAuthError("invalid_redirect_uri",
                                  f"The redirect URI {str(uri)[:200]!r} {problem}.")
         method = body.get("token_endpoint_auth_method", "client_secret_basic")
-        if method not in _AUTH_METHODS:
+        if method not in AUTH_METHODS:
             raise OAuthError("invalid_client_metadata", "token_endpoint_auth_method must be "
-                             f"one of {', '.join(_AUTH_METHODS)}.")
+                             f"one of {', '.join(AUTH_METHODS)}.")
         grant_types = body.get("grant_types", ["authorization_code"])
-        if not isinstance(grant_types, list) or not set(grant_types) <= set(_GRANT_TYPES) \
+        if not isinstance(grant_types, list) or not set(grant_types) <= set(GRANT_TYPES) \
                 or "authorization_code" not in grant_types:
             raise OAuthError("invalid_client_metadata",
                              "grant_types: authorization_code, optionally refresh_token.")
@@ -178,7 +183,7 @@ class AuthorizationServer:
                 meta[name] = value
         client_id = ids.new_id("kcl")
         secret = None if method == "none" else secrets.token_urlsafe(32)
-        await store.insert_client(self._db, client_id, _hash(secret) if secret else None, meta)
+        await store.insert_client(self._db, client_id, hash_key(secret) if secret else None, meta)
         out = {"client_id": client_id, "client_id_issued_at": int(time.time()), **meta}
         if secret is not None:
             out.update(client_secret=secret, client_secret_expires_at=0)
@@ -193,7 +198,7 @@ class AuthorizationServer:
             raise OAuthError("invalid_client", "client_id is missing.", status=401)
         client = await self.client(client_id)
         if client.secret_hash is not None and (
-                not secret or not hmac.compare_digest(_hash(secret), client.secret_hash)):
+                not secret or not hmac.compare_digest(hash_key(secret), client.secret_hash)):
             raise OAuthError("invalid_client", "The client's secret is wrong.", status=401)
         return client
 
@@ -249,7 +254,7 @@ class AuthorizationServer:
         await store.insert_grant(
             self._db, ids.new_id("ogr"), client_id=request.client.client_id,
             consumer=consumer, scope=" ".join(request.scopes), resource=request.resource,
-            redirect_uri=request.redirect_uri, code_hash=_hash(code),
+            redirect_uri=request.redirect_uri, code_hash=hash_key(code),
             code_challenge=request.code_challenge, code_ttl=CODE_TTL)
         return with_query(request.redirect_uri,
                           {"code": code, "state": request.state, "iss": issuer})
@@ -259,7 +264,7 @@ class AuthorizationServer:
     async def token(self, form: Mapping[str, str], basic: tuple[str, str] | None, *,
                     issuer: str) -> dict[str, Any]:
         grant_type = form.get("grant_type")
-        if grant_type not in _GRANT_TYPES:
+        if grant_type not in GRANT_TYPES:
             raise OAuthError("unsupported_grant_type",
                              "grant_type must be authorization_code or refresh_token.")
         client = await self.authenticate_client(form, basic)
@@ -310,7 +315,7 @@ class AuthorizationServer:
         second time has leaked, or two parties hold it: its whole grant is revoked,
         refresh tokens and access tokens alike, and the rightful client signs in again."""
         async with self._db.transaction() as tx:
-            outcome, row = await use(tx, _hash(secret))
+            outcome, row = await use(tx, hash_key(secret))
             if outcome == "reused" and row is not None:
                 await store.revoke_grant(tx, row["grant_id"], f"{what} reused")
         if outcome != "ok" or row is None:
@@ -331,7 +336,7 @@ class AuthorizationServer:
                                "expires_in": ttl, "scope": scope}
         if "refresh_token" in client.grant_types:
             refresh = secrets.token_urlsafe(32)
-            await store.insert_refresh_token(self._db, _hash(refresh), grant_id, scope,
+            await store.insert_refresh_token(self._db, hash_key(refresh), grant_id, scope,
                                              REFRESH_TTL)
             out["refresh_token"] = refresh
         return out
@@ -344,7 +349,7 @@ class AuthorizationServer:
         token is no error (§2.2): the answer must not tell tokens apart."""
         client = await self.authenticate_client(form, basic)
         token = form.get("token", "")
-        grant_id = await store.grant_of_refresh_token(self._db, _hash(token))
+        grant_id = await store.grant_of_refresh_token(self._db, hash_key(token))
         if grant_id is None:
             grant_id = await self._grant_of_access_token(token, issuer)
         if grant_id is None:
@@ -367,12 +372,6 @@ class AuthorizationServer:
 def with_query(uri: str, params: Mapping[str, str | None]) -> str:
     query = urlencode({k: v for k, v in params.items() if v is not None})
     return f"{uri}{'&' if '?' in uri else '?'}{query}"
-
-
-def _hash(secret: str) -> bytes:
-    # Codes, refresh tokens and client secrets are 256 random bits: a plain
-    # hash is enough to keep a database reader from using them.
-    return hashlib.sha256(secret.encode()).digest()
 
 
 def _s256(verifier: str) -> str:
