@@ -269,11 +269,15 @@ async def check_page(session: aiohttp.ClientSession, url: str, path: str, items:
                            f"{len(page.get('data', []))} items")
 
 
+_PROFILE = [False]
+"""--profile was given."""
+
+
 async def measure(session: aiohttp.ClientSession, scenario: Scenario, warmup: int,
-                  requests: int, concurrency: int, *, on_response: OnResponse | None = None
-                  ) -> Result:
+                  requests: int, concurrency: int, *, on_response: OnResponse | None = None,
+                  profiled: bool = True) -> Result:
     """`warmup` requests (indices 0 to warmup - 1), then `requests` measured ones (the
-    following indices)."""
+    following indices); with --profile (and `profiled`), then `requests` more under py-spy."""
     await asyncio.wait_for(
         load(session, scenario, warmup, concurrency, on_response=on_response), PHASE_TIMEOUT)
     result = await asyncio.wait_for(
@@ -281,7 +285,42 @@ async def measure(session: aiohttp.ClientSession, scenario: Scenario, warmup: in
         PHASE_TIMEOUT)
     print(f"measured {scenario.name}: {result.count} requests in {result.wall:.1f} s",
           flush=True)
+    if _PROFILE[0] and profiled:
+        await profile(session, scenario, requests, concurrency)
     return result
+
+
+async def profile(session: aiohttp.ClientSession, scenario: Scenario, requests: int,
+                  concurrency: int, *, top: int = 12) -> None:
+    """Sample the service with py-spy (`pip install py-spy`) while it serves `requests` of
+    `scenario`, unmeasured; print the functions where most samples were, by self time and
+    inclusive of callees. The raw samples stay in the work directory."""
+    raw = Path(_SERVICE_ENV["WORKDIR"]) / f"profile-{len(os.listdir(_SERVICE_ENV['WORKDIR']))}.txt"
+    spy = subprocess.Popen(
+        ["py-spy", "record", "--pid", _SERVICE_ENV["PID"], "--format", "raw", "--rate", "400",
+         "--nonblocking", "--output", str(raw)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    await asyncio.sleep(1.0)  # attached
+    await asyncio.wait_for(load(session, scenario, requests, concurrency), PHASE_TIMEOUT)
+    spy.send_signal(signal.SIGINT)
+    await asyncio.to_thread(spy.wait, 30)
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [f for f in stack.split(";") if f]
+        if not frames:
+            continue
+        total += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+    print(f"\nprofile of {scenario.name} ({total} samples, {raw}):")
+    for title, counter in (("self", own), ("inclusive", inclusive)):
+        print(f"  {title}:")
+        for frame, count in counter.most_common(top):
+            print(f"  {100 * count / max(total, 1):5.1f}%  {frame}")
 
 
 def table(results: list[Result]) -> str:
@@ -319,7 +358,11 @@ def options(doc: str, counts: Mapping[str, tuple[int, str]] | None = None
     for name, (default, text) in all_counts.items():
         parser.add_argument(f"--{name}", type=int, default=default, help=f"{text} ({default})")
     parser.add_argument("--keep", action="store_true", help="keep the data directory and log")
+    parser.add_argument("--profile", action="store_true",
+                        help="after measuring, sample the service with py-spy while it serves "
+                             "each endpoint once more, and print the top cost centres")
     args = parser.parse_args()
+    _PROFILE[0] = args.profile
     for name in all_counts:
         if not 1 <= getattr(args, name) <= MAX_COUNT:
             parser.error(f"--{name} must be 1..{MAX_COUNT}")
@@ -380,6 +423,7 @@ def run(benchmark: Benchmark, args: argparse.Namespace, setting: str) -> int:
     _SERVICE_ENV.update(env)
     print(f"kalends serve (1 process), {database}, data in {workdir}", flush=True)
     service = Service(env, workdir)
+    _SERVICE_ENV.update(PID=str(service.process.pid), WORKDIR=str(workdir))
     ok = True
     results: list[Result] = []
     try:

@@ -95,7 +95,8 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
                         scenario = Scenario(f"{label} {name} #{round_ + 1}",
                                             lambda i, b=base, p=path_for: f"{b}{p(i)}")
                         results.append(await harness.measure(
-                            session, scenario, args.warmup, args.requests, args.concurrency))
+                            session, scenario, args.warmup, args.requests, args.concurrency,
+                            profiled=base == url and round_ == 0))
         finally:
             process.terminate()
             process.wait(timeout=10)

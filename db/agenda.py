@@ -47,22 +47,32 @@ async def events(
 
     A synced copy carries its source profile's handle and name, and whether the
     viewer may see that profile (db/visibility.py)."""
+    columns = """
+        ce.id, ce.calendar_id, ce.title, ce.description, ce.location, ce.start_time,
+        ce.end_time, ce.start_timezone, ce.end_timezone, ce.is_all_day, ce.start_date,
+        ce.end_date, ce.recurrence_rule, ce.transparency, ce.source_event_id,
+        ce.source_profile_id, ce.subscription_id
+        FROM calendar_events ce WHERE ce.calendar_id = ANY($2::text[])
+          AND ce.status <> 'cancelled'"""
+    # Three kinds, three index ranges: recurring events that begin before the
+    # window ends (calendar_events_recurring), then one-off timed and all-day ones
+    # that end after it starts and begin before it ends (0009's indexes, by end:
+    # the past is not read).
     return await db.fetch(
         f"""
         WITH ev AS (
-            SELECT ce.id, ce.calendar_id, ce.title, ce.description, ce.location,
-                   ce.start_time, ce.end_time, ce.start_timezone, ce.end_timezone,
-                   ce.is_all_day, ce.start_date, ce.end_date, ce.recurrence_rule,
-                   ce.transparency, ce.source_event_id, ce.source_profile_id,
-                   ce.subscription_id
-            FROM calendar_events ce
-            WHERE ce.calendar_id = ANY($2::text[])
-              AND ce.status <> 'cancelled'
-              AND CASE WHEN ce.is_all_day THEN ce.start_date < $6
-                       ELSE ce.start_time < $4 END
-              AND (ce.recurrence_rule IS NOT NULL
-                   OR CASE WHEN ce.is_all_day THEN ce.end_date > $5
-                           ELSE coalesce(ce.end_time > $3, ce.start_time >= $3) END)
+            SELECT {columns}
+              AND ce.recurrence_rule IS NOT NULL
+              AND CASE WHEN ce.is_all_day THEN ce.start_date < $6 ELSE ce.start_time < $4 END
+            UNION ALL
+            SELECT {columns}
+              AND ce.recurrence_rule IS NULL AND NOT ce.is_all_day
+              AND coalesce(ce.end_time, ce.start_time) >= $3 AND ce.start_time < $4
+              AND coalesce(ce.end_time > $3, ce.start_time >= $3)
+            UNION ALL
+            SELECT {columns}
+              AND ce.recurrence_rule IS NULL AND ce.is_all_day
+              AND ce.end_date > $5 AND ce.start_date < $6
         ),
         src AS (
             SELECT DISTINCT source_profile_id AS profile_id

@@ -9,9 +9,10 @@ after it (RFC 5545 3.3.5). A weekly 09:00 meeting stays at 09:00 local across DS
 Parsing. The grammar is checked strictly here (one RRULE value, each part once, the
 RFC's value ranges and its "MUST NOT" combinations of parts), because dateutil's parser
 is lenient (duplicate parts, BYEASTER, non-ASCII digits) and some values crash it with
-IndexError. A canonical form of the rule is then parsed by `dateutil.rrule.rrulestr`,
-which does all of the RRULE semantics. WKST is always written out: dateutil's default
-is `calendar.firstweekday()`, process-global state, rather than the RFC's Monday.
+IndexError. The parsed parts then become the arguments of `dateutil.rrule.rrule`
+(once per rule: the agenda expands the same stored rules on every request), which
+does all of the RRULE semantics. WKST is always passed: dateutil's default is
+`calendar.firstweekday()`, process-global state, rather than the RFC's Monday.
 
 Bounded work. dateutil walks period by period (year, month, week, day or hour) and
 looks at UNTIL, COUNT, or anything else, only when a period produces a candidate, so
@@ -84,7 +85,8 @@ from dateutil.rrule import (  # type: ignore[import-untyped]
     MONTHLY,
     WEEKLY,
     YEARLY,
-    rrulestr,
+    rrule,
+    weekday,
 )
 
 from kalends.errors import ApiError
@@ -518,29 +520,26 @@ def _walls(
         r = _with_start_defaults(r, start)
         dtstart = anchor
     try:
-        base = rrulestr(_canonical(r), dtstart=dtstart)
-        metered = base.replace(
-            interval=_MeteredInterval(r.interval, meter, _step_weight(r)), until=until
+        metered = rrule(
+            dtstart=dtstart, interval=_MeteredInterval(r.interval, meter, _step_weight(r)),
+            until=until, cache=False, **_rrule_arguments(r),
         )
     except (ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
         raise _RuleError(f"The recurrence rule is invalid: {exc}") from None
     return cast(Iterator[datetime], iter(metered))
 
 
-def _canonical(r: _Rule) -> str:
-    """The rule for rrulestr, without UNTIL (passed as a datetime instead)."""
-    parts = [f"FREQ={_FREQ_NAMES[r.freq]}", f"INTERVAL={r.interval}", f"WKST={_WEEKDAYS[r.wkst]}"]
-    if r.count is not None:
-        parts.append(f"COUNT={r.count}")
-    if r.byday:
-        parts.append(
-            "BYDAY=" + ",".join(f"{n:+d}{_WEEKDAYS[d]}" if n else _WEEKDAYS[d] for n, d in r.byday)
-        )
-    for name in _INT_PARTS:
-        numbers: tuple[int, ...] = getattr(r, name.lower())
-        if numbers:
-            parts.append(f"{name}=" + ",".join(map(str, numbers)))
-    return ";".join(parts)
+@lru_cache(maxsize=4096)
+def _rrule_arguments(r: _Rule) -> dict[str, Any]:
+    """dateutil's `rrule` arguments for the parsed rule, without UNTIL, DTSTART and
+    INTERVAL (passed per expansion): what `rrulestr` would make of the rule's text,
+    built once per rule instead of reparsed per expansion. Empty parts stay None, so
+    that dateutil takes them from DTSTART."""
+    days = tuple(weekday(d, n) if n else weekday(d) for n, d in r.byday)
+    return {
+        "freq": r.freq, "wkst": r.wkst, "count": r.count, "byweekday": days or None,
+        **{name.lower(): getattr(r, name.lower()) or None for name in _INT_PARTS},
+    }
 
 
 def _step_weight(r: _Rule) -> float:

@@ -16,7 +16,6 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from inspect import isawaitable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from graphql import (
@@ -31,12 +30,12 @@ from graphql import (
     InlineFragmentNode,
     OperationDefinitionNode,
     SelectionSetNode,
-    execute,
     parse,
     validate,
 )
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from graph.plan import Plan, Unsupported, compile_operation
 from kalends.errors import ApiError, internal_error
 from kalends.validation import Location
 from kalends.validation import validate as validate_model
@@ -121,6 +120,13 @@ class Operation:
     def ast(self) -> DocumentNode:
         try:
             return self._prepared["ast"]  # type: ignore[no-any-return]
+        except KeyError:
+            raise RuntimeError(f"operation {self.name} used before prepare()") from None
+
+    @property
+    def plan(self) -> Plan:
+        try:
+            return self._prepared["plan"]  # type: ignore[no-any-return]
         except KeyError:
             raise RuntimeError(f"operation {self.name} used before prepare()") from None
 
@@ -241,7 +247,13 @@ def prepare(schema: GraphQLSchema) -> None:
         if names != [op.name]:
             problems.append(f"{op.name}: the document must hold exactly one operation named so")
             continue
+        try:
+            plan = compile_operation(schema, ast)
+        except Unsupported as e:
+            problems.append(f"{op.name}: cannot be compiled into a plan: {e}")
+            continue
         op._prepared["ast"] = ast
+        op._prepared["plan"] = plan
         if op.result is not None:
             response = _response_schema(schema, ast, op.result)
             try:
@@ -301,12 +313,7 @@ def bind_flat(op: Operation, arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 async def run(op: Operation, variables: dict[str, Any], context: Context) -> tuple[Any, int]:
     """Execute the pre-validated document; return the REST body and status."""
-    result = execute(
-        context.services.schema, op.ast, context_value=context,
-        variable_values=variables, operation_name=op.name,
-    )
-    if isawaitable(result):
-        result = await result
+    result = await op.plan.execute(context, variables)
     if result.errors:
         for error in result.errors:
             if isinstance(error.original_error, ApiError):

@@ -24,10 +24,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
+import plan_oracle
 import pytest
 from aiohttp import web
 from processes import Service, kill_postgres
 
+import graph.schema as _graph_schema
 from db import embedded
 from db.database import Database
 from db.migrate import migrate
@@ -35,6 +37,16 @@ from kalends import accounts
 from kalends.services import SERVICES
 
 T = TypeVar("T")
+
+# Every registry call in this process is checked against graphql-core (tests/plan_oracle.py).
+plan_oracle.install(_graph_schema.schema._schema)
+
+
+@pytest.fixture(autouse=True)
+def _plan_matches_graphql_core() -> Iterator[None]:
+    before = len(plan_oracle.MISMATCHES)
+    yield
+    assert plan_oracle.MISMATCHES[before:] == []
 
 
 @contextmanager

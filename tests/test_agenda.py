@@ -704,3 +704,85 @@ def test_an_omit_null_path_outside_the_result_stops_the_start(
     with pytest.raises(RuntimeError, match=r"brokenOmit: omit_null path data\.no_such_key"):
         registry.prepare(schema._schema)
 
+
+
+# ---------------------------------------------------------------------------
+# What the agenda's query reads
+
+
+class _Explained:
+    """Stands in for the Database: runs the statement under EXPLAIN ANALYZE, with
+    sequential scans off so that the plan shows which index bounds it."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.plan: Any = None
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        import json
+
+        async with self.db.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SET LOCAL enable_seqscan = off")
+            [row] = await conn.fetch("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
+        self.plan = json.loads(row[0])
+        return []
+
+
+def _rows_read(node: dict[str, Any], relation: str) -> int:
+    read = 0
+    if node.get("Relation Name") == relation:
+        read += node["Actual Rows"] * node.get("Actual Loops", 1)
+        read += node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
+    for child in node.get("Plans", ()):
+        read += _rows_read(child, relation)
+    return read
+
+
+def test_the_agenda_does_not_read_the_past(live_server: Any) -> None:
+    from db import agenda as store
+
+    user = live_server.create_user()
+    now = datetime.now(UTC).replace(microsecond=0)
+    db = live_server.db
+
+    async def seed() -> str:
+        async with db.pool.acquire() as conn:
+            user_id: str = await conn.fetchval(
+                "SELECT user_id FROM calendars WHERE id = $1", user.calendar_id)
+            # Two years of hour-long history, timed and all-day; then three current items.
+            await conn.execute(
+                """
+                INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
+                                             start_timezone, is_all_day, start_date, end_date)
+                SELECT 'cev_' || md5(random()::text || g), $1, 'Past',
+                       $2::timestamptz - g * interval '1 day',
+                       $2::timestamptz - g * interval '1 day' + interval '1 hour', 'UTC', g % 2 = 0,
+                       CASE WHEN g % 2 = 0 THEN ($2::timestamptz - g * interval '1 day')::date END,
+                       CASE WHEN g % 2 = 0
+                            THEN ($2::timestamptz - g * interval '1 day')::date + 1 END
+                FROM generate_series(2, 731) g
+                """, user.calendar_id, now)
+            await conn.execute(
+                """
+                INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
+                                             start_timezone, is_all_day, start_date, end_date)
+                VALUES ('cev_' || md5(random()::text), $1, 'Now', $2::timestamptz,
+                        $2::timestamptz + interval '1 hour',
+                        'UTC', false, NULL, NULL),
+                       ('cev_' || md5(random()::text), $1, 'Point',
+                        $2::timestamptz + interval '1 day', NULL, 'UTC', false, NULL, NULL),
+                       ('cev_' || md5(random()::text), $1, 'Day', $2::timestamptz,
+                        $2::timestamptz + interval '1 day', 'UTC', true,
+                        $2::timestamptz::date + 1, $2::timestamptz::date + 2)
+                """, user.calendar_id, now)
+            await conn.execute("ANALYZE calendar_events")
+            return user_id
+
+    user_id = live_server.call(seed())
+    explained = _Explained(db)
+    start = now - timedelta(minutes=1)
+    live_server.call(store.events(explained, user_id, [user.calendar_id], start,
+                                  start + timedelta(days=7), start.date(),
+                                  start.date() + timedelta(days=7)))
+    # The three current items, not the 730 past ones.
+    assert _rows_read(explained.plan[0]["Plan"], "calendar_events") <= 3

@@ -1,0 +1,581 @@
+"""Execution plans: the registry's fixed documents compiled once into Python.
+
+graphql-core's executor is generic: for every field of every object it collects
+the selection, builds a `Path` and a `GraphQLResolveInfo`, calls a resolver and
+walks `complete_value` down the field's type. A 100-event page has ~2,400
+fields, and that walk cost most of a REST request. The registry's documents
+never change, so each one is compiled, per combination of the variables its
+`@include`/`@skip` directives read, into one Python function per selection set.
+A leaf read from an attribute (Strawberry's basic fields) becomes a line of
+that function: read the attribute, check null, pass `str`/`bool`/in-range `int`
+through as graphql-core would, else call the scalar's own serializer.
+Everything else (resolvers, lists, nested objects, awaitables, errors and null
+propagation) follows graphql-core's algorithm step for step, with the same
+resolver objects, argument coercion (`get_argument_values`) and variable
+coercion (`get_variable_values`), so a plan answers what `graphql.execute`
+answers: tests/test_plan.py runs every registered operation through both.
+
+What a plan does not support (abstract types, `is_type_of`, `@defer`/`@stream`,
+fragment variables, middleware) makes `compile_operation` raise, so a document
+that needs graphql-core's generality fails at start-up instead of being served
+differently. `/graphql` keeps graphql-core (through Strawberry) for arbitrary
+queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphql import (
+    DirectiveNode,
+    DocumentNode,
+    ExecutionResult,
+    FieldNode,
+    FragmentDefinitionNode,
+    GraphQLError,
+    GraphQLField,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLOutputType,
+    GraphQLResolveInfo,
+    GraphQLSchema,
+    OperationDefinitionNode,
+    OperationType,
+    VariableNode,
+    is_leaf_type,
+    is_object_type,
+    located_error,
+)
+from graphql.execution.collect_fields import (
+    FieldDetailsList,
+    FragmentDetails,
+    collect_fields,
+    collect_subfields,
+)
+from graphql.execution.executor import default_field_resolver
+from graphql.execution.values import VariableValues, get_argument_values, get_variable_values
+from graphql.language import Visitor, visit
+from graphql.pyutils import Path, Undefined, gather_with_cancel, inspect, is_awaitable, is_iterable
+from graphql.type.scalars import serialize_boolean, serialize_id, serialize_int, serialize_string
+
+# Values of these exact classes come out of these serializers unchanged.
+_PASS_THROUGH: dict[Callable[[Any], Any], str] = {
+    serialize_string: "str", serialize_id: "str", serialize_boolean: "bool",
+}
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+
+Complete = Callable[["_Execution", "_Field", Any, Path], Any]
+
+
+class Unsupported(Exception):
+    """The document needs a feature that plans leave to graphql-core."""
+
+
+class _Execution:
+    """The state of one execution: what resolvers see and the errors so far."""
+
+    __slots__ = ("context", "errors", "nulled", "plan", "variables")
+
+    def __init__(self, plan: Plan, variables: VariableValues, context: Any) -> None:
+        self.plan = plan
+        self.variables = variables
+        self.context = context
+        self.errors: list[GraphQLError] = []
+        self.nulled: set[Path | None] = set()
+
+    def add_error(self, error: GraphQLError, path: Path | None) -> None:
+        # As graphql-core's CollectedErrors: nothing under a position already nulled.
+        nulled = self.nulled
+        at = path
+        while at is not None:
+            if at in nulled:
+                return
+            at = at.prev
+        if None in nulled:
+            return
+        nulled.add(path)
+        self.errors.append(error)
+
+
+@dataclass(eq=False)
+class _Field:
+    """One response key of a selection set, compiled."""
+
+    key: str
+    parent: GraphQLObjectType
+    definition: GraphQLField
+    details: FieldDetailsList
+    nodes: list[FieldNode]
+    attr: str | None
+    """Set for Strawberry's basic fields: the resolver is `getattr(source, attr)`."""
+    resolve: Callable[..., Any]
+    has_args: bool
+    complete: Complete = field(init=False)
+
+    @property
+    def name(self) -> str:
+        return self.nodes[0].name.value
+
+    @property
+    def return_type(self) -> GraphQLOutputType:
+        return self.definition.type
+
+
+def _strawberry_attr(definition: GraphQLField) -> str | None:
+    if not getattr(definition.resolve, "_is_default", False):
+        return None
+    strawberry_field = (definition.extensions or {}).get("strawberry-definition")
+    return None if strawberry_field is None else str(strawberry_field.python_name)
+
+
+# ---------------------------------------------------------------------------
+# Running a field, as graphql-core's Executor.execute_field and its helpers
+
+
+def _handle_field_error(ex: _Execution, raw: Exception, return_type: GraphQLOutputType,
+                        nodes: list[FieldNode], path: Path) -> None:
+    error = located_error(raw, nodes, path.as_list())
+    if isinstance(return_type, GraphQLNonNull):
+        raise error
+    ex.add_error(error, path)
+
+
+def _run_field(ex: _Execution, f: _Field, source: Any, parent_path: Path | None) -> Any:
+    path = Path(parent_path, f.key, f.parent.name)
+    try:
+        if f.attr is not None:
+            result = getattr(source, f.attr)
+        else:
+            info = GraphQLResolveInfo(
+                f.name, f.nodes, f.definition.type, f.parent, path, ex.plan.schema,
+                ex.plan.fragment_definitions, None, ex.plan.operation, ex.variables,
+                ex.context, is_awaitable, None, None,  # type: ignore[arg-type]
+            )
+            args = get_argument_values(
+                f.definition, f.nodes[0], ex.variables) if f.has_args else {}
+            result = f.resolve(source, info, **args)
+        if is_awaitable(result):
+            return _complete_awaitable(ex, f, result, path)
+        completed = f.complete(ex, f, result, path)
+        if is_awaitable(completed):
+            return _await_completed(ex, f, completed, path)
+        return completed
+    except Exception as raw:
+        _handle_field_error(ex, raw, f.definition.type, f.nodes, path)
+        return None
+
+
+async def _complete_awaitable(ex: _Execution, f: _Field, result: Awaitable[Any], path: Path
+                              ) -> Any:
+    try:
+        completed = f.complete(ex, f, await result, path)
+        if is_awaitable(completed):
+            completed = await completed
+    except Exception as raw:
+        _handle_field_error(ex, raw, f.definition.type, f.nodes, path)
+        return None
+    return completed
+
+
+async def _await_completed(ex: _Execution, f: _Field, completed: Awaitable[Any], path: Path
+                           ) -> Any:
+    try:
+        return await completed
+    except Exception as raw:
+        _handle_field_error(ex, raw, f.definition.type, f.nodes, path)
+        return None
+
+
+def _leaf_null(ex: _Execution, f: _Field, parent_path: Path | None) -> None:
+    """A basic non-null leaf read None: the error graphql-core raises there."""
+    path = Path(parent_path, f.key, f.parent.name)
+    raw = TypeError(f"Cannot return null for non-nullable field {f.parent.name}.{f.name}.")
+    _handle_field_error(ex, raw, f.definition.type, f.nodes, path)
+
+
+def _leaf_coerce(ex: _Execution, f: _Field, value: Any, parent_path: Path | None) -> Any:
+    """A basic leaf's value that is not passed through: graphql-core's slow path."""
+    try:
+        return f.complete(ex, f, value, None)  # type: ignore[arg-type]  # leaves ignore the path
+    except Exception as raw:
+        path = Path(parent_path, f.key, f.parent.name)
+        _handle_field_error(ex, raw, f.definition.type, f.nodes, path)
+        return None
+
+
+def _settle(awaitables: Iterable[Any]) -> None:
+    """Let awaitables that will not be awaited finish, as graphql-core does."""
+    for awaitable in awaitables:
+        task = asyncio.ensure_future(awaitable)
+        task.add_done_callback(_consume)
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _gather_fields(results: dict[str, Any], pending: list[str]) -> dict[str, Any]:
+    if len(pending) == 1:
+        key = pending[0]
+        results[key] = await results[key]
+    else:
+        values = await gather_with_cancel(*(results[key] for key in pending))
+        results.update(zip(pending, values, strict=True))
+    return results
+
+
+# ---------------------------------------------------------------------------
+# Completers: graphql-core's complete_value, specialised by type at compile time
+
+
+def _non_null(inner: Complete) -> Complete:
+    def complete(ex: _Execution, f: _Field, value: Any, path: Path) -> Any:
+        if isinstance(value, Exception):
+            raise value
+        completed = inner(ex, f, value, path)
+        if completed is None:
+            raise TypeError(
+                f"Cannot return null for non-nullable field {f.parent.name}.{f.name}."
+            )
+        return completed
+    return complete
+
+
+def _nullable(inner: Complete) -> Complete:
+    def complete(ex: _Execution, f: _Field, value: Any, path: Path) -> Any:
+        if isinstance(value, Exception):
+            raise value
+        if value is None or value is Undefined:
+            return None
+        return inner(ex, f, value, path)
+    return complete
+
+
+def _leaf(gtype: Any) -> Complete:
+    coerce = gtype.coerce_output_value
+
+    def complete(ex: _Execution, f: _Field, value: Any, path: Path) -> Any:
+        coerced = coerce(value)
+        if coerced is Undefined or coerced is None:
+            raise TypeError(
+                f"Expected `{inspect(gtype)}.coerce_output_value({inspect(value)})`"
+                f" to return non-nullable value, returned: {inspect(coerced)}"
+            )
+        return coerced
+    return complete
+
+
+def _list(item_type: GraphQLOutputType, item: Complete) -> Complete:
+    def complete(ex: _Execution, f: _Field, value: Any, path: Path) -> Any:
+        if not is_iterable(value):
+            raise GraphQLError(
+                "Expected Iterable, but did not find one for field"
+                f" '{f.parent.name}.{f.name}'."
+            )
+        results: list[Any] = []
+        pending: list[int] = []
+        try:
+            for index, value_item in enumerate(value):
+                item_path = Path(path, index, None)
+                if is_awaitable(value_item):
+                    results.append(_awaitable_item(ex, f, item_type, item, value_item, item_path))
+                    pending.append(index)
+                    continue
+                try:
+                    completed = item(ex, f, value_item, item_path)
+                    if is_awaitable(completed):
+                        results.append(_await_item(ex, f, item_type, completed, item_path))
+                        pending.append(index)
+                    else:
+                        results.append(completed)
+                except Exception as raw:
+                    _handle_field_error(ex, raw, item_type, f.nodes, item_path)
+                    results.append(None)
+        except Exception:
+            _settle(results[i] for i in pending)
+            raise
+        if not pending:
+            return results
+        return _gather_items(results, pending)
+    return complete
+
+
+async def _awaitable_item(ex: _Execution, f: _Field, item_type: GraphQLOutputType,
+                          item: Complete, value: Awaitable[Any], path: Path) -> Any:
+    try:
+        completed = item(ex, f, await value, path)
+        if is_awaitable(completed):
+            completed = await completed
+    except Exception as raw:
+        _handle_field_error(ex, raw, item_type, f.nodes, path)
+        return None
+    return completed
+
+
+async def _await_item(ex: _Execution, f: _Field, item_type: GraphQLOutputType,
+                      completed: Awaitable[Any], path: Path) -> Any:
+    try:
+        return await completed
+    except Exception as raw:
+        _handle_field_error(ex, raw, item_type, f.nodes, path)
+        return None
+
+
+async def _gather_items(results: list[Any], pending: list[int]) -> list[Any]:
+    if len(pending) == 1:
+        index = pending[0]
+        results[index] = await results[index]
+    else:
+        values = await gather_with_cancel(*(results[i] for i in pending))
+        for index, value in zip(pending, values, strict=True):
+            results[index] = value
+    return results
+
+
+def _object(run: Callable[[_Execution, Any, Path | None], Any]) -> Complete:
+    def complete(ex: _Execution, f: _Field, value: Any, path: Path) -> Any:
+        return run(ex, value, path)
+    return complete
+
+
+# ---------------------------------------------------------------------------
+# Compilation
+
+
+@dataclass
+class Plan:
+    """One registry document, compiled lazily per `@include`/`@skip` variable values."""
+
+    schema: GraphQLSchema
+    document: DocumentNode
+    operation: OperationDefinitionNode
+    fragment_definitions: dict[str, FragmentDefinitionNode]
+    fragments: dict[str, FragmentDetails]
+    directive_variables: tuple[str, ...]
+    _compiled: dict[tuple[Any, ...], Callable[[_Execution], Any]] = field(
+        default_factory=dict, repr=False)
+
+    def compiled(self, variables: VariableValues) -> Callable[[_Execution], Any]:
+        key = tuple(variables.coerced.get(name) for name in self.directive_variables)
+        run = self._compiled.get(key)
+        if run is None:
+            run = self._compiled[key] = _Compiler(self, variables).root()
+        return run
+
+    async def execute(self, context: Any, raw_variables: dict[str, Any] | None
+                      ) -> ExecutionResult:
+        """What `graphql.execute` answers for this document, these variables."""
+        variables = get_variable_values(
+            self.schema, self.operation.variable_definitions or (), raw_variables or {},
+            max_errors=50,
+        )
+        if isinstance(variables, list):
+            return ExecutionResult(None, variables)
+        run = self.compiled(variables)
+        ex = _Execution(self, variables, context)
+        try:
+            data = run(ex)
+            if is_awaitable(data):
+                data = await data
+        except GraphQLError as error:
+            ex.add_error(error, None)
+            data = None
+        return ExecutionResult(data, ex.errors or None)
+
+
+def compile_operation(schema: GraphQLSchema, document: DocumentNode) -> Plan:
+    """A plan for a validated document holding one operation; compiles its default form."""
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    fragment_definitions = {
+        d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
+    }
+    if len(operations) != 1:
+        raise Unsupported("a plan runs a document with exactly one operation")
+    operation = operations[0]
+    if any(d.variable_definitions for d in fragment_definitions.values()):
+        raise Unsupported("fragment variables")
+    plan = Plan(
+        schema, document, operation, fragment_definitions,
+        {name: FragmentDetails(d, None) for name, d in fragment_definitions.items()},
+        _directive_variables(document),
+    )
+    # Compile the form without variables now: an unsupported document fails at start-up.
+    defaults = get_variable_values(schema, operation.variable_definitions or (), {})
+    if not isinstance(defaults, list):
+        plan.compiled(defaults)
+    return plan
+
+
+def _directive_variables(document: DocumentNode) -> tuple[str, ...]:
+    names: list[str] = []
+
+    class _Collect(Visitor):
+        def enter_directive(self, node: DirectiveNode, *_: Any) -> None:
+            for argument in node.arguments or ():
+                if isinstance(argument.value, VariableNode):
+                    names.append(argument.value.name.value)
+
+    visit(document, _Collect())
+    return tuple(sorted(set(names)))
+
+
+class _Compiler:
+    def __init__(self, plan: Plan, variables: VariableValues) -> None:
+        self.plan = plan
+        self.variables = variables
+        self.namespace: dict[str, Any] = {
+            "_run_field": _run_field, "_leaf_null": _leaf_null, "_leaf_coerce": _leaf_coerce,
+            "_is_awaitable": is_awaitable, "_gather_fields": _gather_fields,
+            "_settle": _settle, "_INT_MIN": _INT_MIN, "_INT_MAX": _INT_MAX,
+            "_Undefined": Undefined,
+        }
+        self.sources: list[str] = []
+
+    def root(self) -> Callable[[_Execution], Any]:
+        plan = self.plan
+        root_type = plan.schema.get_root_type(plan.operation.operation)
+        if root_type is None:
+            raise Unsupported(f"no {plan.operation.operation.value} root type")
+        collected = collect_fields(
+            plan.schema, plan.fragments, self.variables, root_type, plan.operation)
+        if collected.new_defer_usages:
+            raise Unsupported("@defer")
+        fields = self._fields(root_type, collected.grouped_field_set)
+        serial = plan.operation.operation == OperationType.MUTATION
+        name = self._selection_function(fields, serial=serial)
+        self._exec()
+        run = self.namespace[name]
+
+        def root(ex: _Execution) -> Any:
+            return run(ex, None, None)
+        return root
+
+    def _exec(self) -> None:
+        exec(compile("\n".join(self.sources), f"<plan {self.plan.operation.name}>", "exec"),
+             self.namespace)
+
+    def _fields(self, parent: GraphQLObjectType, grouped: dict[str, FieldDetailsList]
+                ) -> list[_Field]:
+        out: list[_Field] = []
+        for key, details in grouped.items():
+            if any(d.fragment_variable_values is not None for d in details):
+                raise Unsupported("fragment variables")
+            nodes = [d.node for d in details]
+            definition = self.plan.schema.get_field(parent, nodes[0].name.value)
+            if definition is None:
+                continue  # graphql-core leaves unknown fields out
+            f = _Field(
+                key=key, parent=parent, definition=definition, details=details, nodes=nodes,
+                attr=_strawberry_attr(definition),
+                resolve=definition.resolve or default_field_resolver,
+                has_args=bool(definition.args or nodes[0].arguments),
+            )
+            f.complete = self._completer(definition.type, f)
+            out.append(f)
+        return out
+
+    def _completer(self, gtype: GraphQLOutputType, f: _Field) -> Complete:
+        # As complete_value: a non-null type completes its inner type, null checks included.
+        if isinstance(gtype, GraphQLNonNull):
+            return _non_null(_nullable(self._inner(gtype.of_type, f)))
+        return _nullable(self._inner(gtype, f))
+
+    def _inner(self, gtype: GraphQLOutputType, f: _Field) -> Complete:
+        if isinstance(gtype, GraphQLList):
+            return _list(gtype.of_type, self._completer(gtype.of_type, f))
+        if is_leaf_type(gtype):
+            return _leaf(gtype)
+        if is_object_type(gtype):
+            assert isinstance(gtype, GraphQLObjectType)
+            if gtype.is_type_of is not None:
+                raise Unsupported(f"is_type_of on {gtype.name}")
+            collected = collect_subfields(
+                self.plan.schema, self.plan.fragments, self.variables, self.plan.operation,
+                gtype, f.details)
+            if collected.new_defer_usages:
+                raise Unsupported("@defer")
+            fields = self._fields(gtype, collected.grouped_field_set)
+            name = self._selection_function(fields, serial=False)
+            namespace = self.namespace
+
+            def run(ex: _Execution, source: Any, path: Path | None) -> Any:
+                return namespace[name](ex, source, path)
+            return _object(run)
+        raise Unsupported(f"abstract type {gtype}")
+
+    def _selection_function(self, fields: list[_Field], *, serial: bool) -> str:
+        """Generate the function completing one selection set on a source object."""
+        index = len(self.sources)
+        name = f"_selection_{index}"
+        self.sources.append("")  # reserve the slot: nested selections append after
+        lines = [f"{'async ' if serial else ''}def {name}(ex, source, path):",
+                 "    results = {}"]
+        if not serial:
+            lines += ["    pending = []", "    try:"]
+        for number, f in enumerate(fields):
+            ref = f"_f{index}_{number}"
+            self.namespace[ref] = f
+            body = self._serial_field(f, ref) if serial else self._field_lines(f, ref)
+            lines += [("        " if not serial else "    ") + line for line in body]
+        if serial:
+            lines.append("    return results")
+        else:
+            lines += [
+                "    except Exception:",
+                "        if pending:",
+                "            _settle(results[key] for key in pending)",
+                "        raise",
+                "    if pending:",
+                "        return _gather_fields(results, pending)",
+                "    return results",
+            ]
+        self.sources[index] = "\n".join(lines)
+        return name
+
+    @staticmethod
+    def _serial_field(f: _Field, ref: str) -> list[str]:
+        key = repr(f.key)
+        return [f"value = _run_field(ex, {ref}, source, path)",
+                "if _is_awaitable(value):",
+                "    value = await value",
+                f"results[{key}] = value"]
+
+    def _field_lines(self, f: _Field, ref: str) -> list[str]:
+        key = repr(f.key)
+        gtype = f.definition.type
+        non_null = isinstance(gtype, GraphQLNonNull)
+        named = gtype.of_type if isinstance(gtype, GraphQLNonNull) else gtype
+        if f.attr is None or not f.attr.isidentifier() or not is_leaf_type(named):
+            return [f"value = _run_field(ex, {ref}, source, path)",
+                    f"results[{key}] = value",
+                    "if _is_awaitable(value):",
+                    f"    pending.append({key})"]
+        coerce = named.coerce_output_value
+        kind = _PASS_THROUGH.get(coerce)
+        on_null = (f"_leaf_null(ex, {ref}, path)" if non_null else "pass")
+        lines = [f"value = source.{f.attr}", "if value is None:", f"    {on_null}"]
+        if kind is not None or coerce is serialize_int:
+            keep = (f"value.__class__ is {kind}" if kind is not None
+                    else "value.__class__ is int and _INT_MIN <= value <= _INT_MAX")
+            lines += [f"elif not ({keep}):",
+                      f"    value = _leaf_coerce(ex, {ref}, value, path)"]
+        else:
+            # Any other scalar or enum: its serializer, directly; graphql-core's exact
+            # path (_leaf_coerce) only for an exception value, a failure or no value.
+            self.namespace[f"{ref}_coerce"] = coerce
+            lines += ["elif isinstance(value, Exception):",
+                      f"    value = _leaf_coerce(ex, {ref}, value, path)",
+                      "else:",
+                      "    try:",
+                      f"        coerced = {ref}_coerce(value)",
+                      "    except Exception:",
+                      "        coerced = None",
+                      "    if coerced is None or coerced is _Undefined:",
+                      f"        coerced = _leaf_coerce(ex, {ref}, value, path)",
+                      "    value = coerced"]
+        return [*lines, f"results[{key}] = value"]
