@@ -47,7 +47,6 @@ from graphql import (
     OperationType,
     VariableNode,
     is_leaf_type,
-    is_object_type,
     located_error,
 )
 from graphql.execution.collect_fields import (
@@ -115,6 +114,8 @@ class _Field:
     resolve: Callable[..., Any]
     has_args: bool
     complete: Complete = field(init=False)
+    selection: str | None = None
+    """For a field of an object type (not a list): its selection function's name."""
 
     @property
     def name(self) -> str:
@@ -197,6 +198,25 @@ def _leaf_null(ex: _Execution, f: _Field, parent_path: Path | None) -> None:
     _handle_field_error(ex, raw, f.definition.type, f.nodes, path)
 
 
+_PLAIN: set[type] = set()
+"""Classes whose instances are plain values: not Undefined, an exception or awaitable."""
+
+
+def _plain(value: Any) -> bool:
+    """Whether `value` is completed as it is (graphql-core checks each of these per
+    value; a plan once per class, as awaitability is a property of the class)."""
+    if value is None or value is Undefined or isinstance(value, Exception) \
+            or is_awaitable(value):
+        return False
+    _PLAIN.add(value.__class__)
+    return True
+
+
+def _object_error(ex: _Execution, f: _Field, raw: Exception, path: Path) -> None:
+    _handle_field_error(ex, raw, f.definition.type, f.nodes, path)
+    return None
+
+
 def _leaf_coerce(ex: _Execution, f: _Field, value: Any, parent_path: Path | None) -> Any:
     """A basic leaf's value that is not passed through: graphql-core's slow path."""
     try:
@@ -270,7 +290,13 @@ def _leaf(gtype: Any) -> Complete:
     return complete
 
 
-def _list(item_type: GraphQLOutputType, item: Complete) -> Complete:
+Run = Callable[["_Execution", Any, "Path | None"], Any]
+
+
+def _list(item_type: GraphQLOutputType, item: Complete, direct: Run | None) -> Complete:
+    """`direct`, for a list of objects: an item that is an object (not null, an
+    exception or an awaitable) goes straight to its selection function, which is
+    all that `item` would do with it (an object's completion is never null)."""
     def complete(ex: _Execution, f: _Field, value: Any, path: Path) -> Any:
         if not is_iterable(value):
             raise GraphQLError(
@@ -282,13 +308,20 @@ def _list(item_type: GraphQLOutputType, item: Complete) -> Complete:
         try:
             for index, value_item in enumerate(value):
                 item_path = Path(path, index, None)
-                if is_awaitable(value_item):
-                    results.append(_awaitable_item(ex, f, item_type, item, value_item, item_path))
-                    pending.append(index)
-                    continue
                 try:
-                    completed = item(ex, f, value_item, item_path)
-                    if is_awaitable(completed):
+                    if direct is not None and (
+                            value_item.__class__ in _PLAIN or _plain(value_item)):
+                        completed = direct(ex, value_item, item_path)
+                        waits = completed.__class__ is not dict  # a selection's pending fields
+                    elif is_awaitable(value_item):
+                        results.append(
+                            _awaitable_item(ex, f, item_type, item, value_item, item_path))
+                        pending.append(index)
+                        continue
+                    else:
+                        completed = item(ex, f, value_item, item_path)
+                        waits = is_awaitable(completed)
+                    if waits:
                         results.append(_await_item(ex, f, item_type, completed, item_path))
                         pending.append(index)
                     else:
@@ -337,7 +370,7 @@ async def _gather_items(results: list[Any], pending: list[int]) -> list[Any]:
     return results
 
 
-def _object(run: Callable[[_Execution, Any, Path | None], Any]) -> Complete:
+def _object(run: Run) -> Complete:
     def complete(ex: _Execution, f: _Field, value: Any, path: Path) -> Any:
         return run(ex, value, path)
     return complete
@@ -432,9 +465,12 @@ class _Compiler:
             "_run_field": _run_field, "_leaf_null": _leaf_null, "_leaf_coerce": _leaf_coerce,
             "_is_awaitable": is_awaitable, "_gather_fields": _gather_fields,
             "_settle": _settle, "_INT_MIN": _INT_MIN, "_INT_MAX": _INT_MAX,
-            "_Undefined": Undefined,
+            "_Undefined": Undefined, "_Path": Path, "_object_error": _object_error,
+            "_PLAIN": _PLAIN, "_plain": _plain,
+            "_await_completed": _await_completed,
         }
         self.sources: list[str] = []
+        self._last_selection = ""
 
     def root(self) -> Callable[[_Execution], Any]:
         plan = self.plan
@@ -487,26 +523,37 @@ class _Compiler:
 
     def _inner(self, gtype: GraphQLOutputType, f: _Field) -> Complete:
         if isinstance(gtype, GraphQLList):
-            return _list(gtype.of_type, self._completer(gtype.of_type, f))
+            item_type = gtype.of_type
+            named = item_type.of_type if isinstance(item_type, GraphQLNonNull) else item_type
+            if not isinstance(named, GraphQLObjectType):
+                return _list(item_type, self._completer(item_type, f), None)
+            run = self._object_run(named, f)
+            inner = _nullable(_object(run))
+            item = _non_null(inner) if isinstance(item_type, GraphQLNonNull) else inner
+            return _list(item_type, item, run)
         if is_leaf_type(gtype):
             return _leaf(gtype)
-        if is_object_type(gtype):
-            assert isinstance(gtype, GraphQLObjectType)
-            if gtype.is_type_of is not None:
-                raise Unsupported(f"is_type_of on {gtype.name}")
-            collected = collect_subfields(
-                self.plan.schema, self.plan.fragments, self.variables, self.plan.operation,
-                gtype, f.details)
-            if collected.new_defer_usages:
-                raise Unsupported("@defer")
-            fields = self._fields(gtype, collected.grouped_field_set)
-            name = self._selection_function(fields, serial=False)
-            namespace = self.namespace
-
-            def run(ex: _Execution, source: Any, path: Path | None) -> Any:
-                return namespace[name](ex, source, path)
+        if isinstance(gtype, GraphQLObjectType):
+            run = self._object_run(gtype, f)
+            f.selection = self._last_selection
             return _object(run)
         raise Unsupported(f"abstract type {gtype}")
+
+    def _object_run(self, gtype: GraphQLObjectType, f: _Field) -> Run:
+        if gtype.is_type_of is not None:
+            raise Unsupported(f"is_type_of on {gtype.name}")
+        collected = collect_subfields(
+            self.plan.schema, self.plan.fragments, self.variables, self.plan.operation,
+            gtype, f.details)
+        if collected.new_defer_usages:
+            raise Unsupported("@defer")
+        fields = self._fields(gtype, collected.grouped_field_set)
+        name = self._last_selection = self._selection_function(fields, serial=False)
+        namespace = self.namespace
+
+        def run(ex: _Execution, source: Any, path: Path | None) -> Any:
+            return namespace[name](ex, source, path)
+        return run
 
     def _selection_function(self, fields: list[_Field], *, serial: bool) -> str:
         """Generate the function completing one selection set on a source object."""
@@ -545,11 +592,39 @@ class _Compiler:
                 "    value = await value",
                 f"results[{key}] = value"]
 
+    @staticmethod
+    def _object_lines(f: _Field, ref: str, key: str, non_null: bool) -> list[str]:
+        """An object read from an attribute: its selection function, directly; the
+        generic path for anything but an object (null aside)."""
+        on_null = (f"_leaf_null(ex, {ref}, path)" if non_null else "pass")
+        return [
+            f"value = source.{f.attr}",
+            "if value is None:",
+            f"    {on_null}",
+            "elif value.__class__ in _PLAIN or _plain(value):",
+            f"    field_path = _Path(path, {key}, {f.parent.name!r})",
+            "    try:",
+            f"        value = {f.selection}(ex, value, field_path)",
+            "    except Exception as raw:",
+            f"        value = _object_error(ex, {ref}, raw, field_path)",
+            "    else:",
+            "        if value.__class__ is not dict:  # a selection's pending fields",
+            f"            value = _await_completed(ex, {ref}, value, field_path)",
+            f"            pending.append({key})",
+            "else:",
+            f"    value = _run_field(ex, {ref}, source, path)",
+            "    if _is_awaitable(value):",
+            f"        pending.append({key})",
+            f"results[{key}] = value",
+        ]
+
     def _field_lines(self, f: _Field, ref: str) -> list[str]:
         key = repr(f.key)
         gtype = f.definition.type
         non_null = isinstance(gtype, GraphQLNonNull)
         named = gtype.of_type if isinstance(gtype, GraphQLNonNull) else gtype
+        if f.attr is not None and f.attr.isidentifier() and f.selection is not None:
+            return self._object_lines(f, ref, key, non_null)
         if f.attr is None or not f.attr.isidentifier() or not is_leaf_type(named):
             return [f"value = _run_field(ex, {ref}, source, path)",
                     f"results[{key}] = value",

@@ -51,15 +51,15 @@ class Window:
     end: datetime  # local midnight of `end_date`, UTC
 
 
-@dataclass(frozen=True)
-class ProfileRef:
+class ProfileRef(NamedTuple):
     id: str
     platform_id: str
     display_name: str
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):
+    """One occurrence kept in the agenda (a tuple: hundreds are made per request)."""
+
     occurrence_id: str
     calendar_id: str
     event_id: str
@@ -277,11 +277,10 @@ def merge(rows: Sequence[asyncpg.Record], w: Window,
 
 
 def _occurrences(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
-    t = times.of_row(row)
     try:
-        if t.is_all_day:
-            return _all_day(row, t, w)
-        return _timed(row, t, w)
+        if row["is_all_day"]:
+            return _all_day(row, times.of_row(row), w)
+        return _timed(row, w)
     except ApiError as exc:
         # Rules are checked when written; one that no longer expands must not take
         # the whole agenda down.
@@ -289,13 +288,14 @@ def _occurrences(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | 
         return [], None
 
 
-def _timed(row: asyncpg.Record, t: times.EventTimes, w: Window
-           ) -> tuple[list[_Slot], Reason | None]:
-    length = t.end_time - t.start_time if t.end_time is not None else None
+def _timed(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
+    start_time, end_time = row["start_time"], row["end_time"]
+    length = end_time - start_time if end_time is not None else None
     rule = row["recurrence_rule"]
-    if rule is None:
-        starts, reason = [t.start_time], None
+    if rule is None:  # most rows: no time model needed beyond the stored instants
+        starts, reason = [start_time], None
     else:
+        t = times.of_row(row)
         # Started before the window but still running in it: look back one length.
         expansion = recurrence.occurrences(
             rule, t.local_start, times.zone(t.start_timezone, param="start_timezone"),

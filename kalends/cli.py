@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import gc
 import getpass
 import logging
 import os
@@ -117,6 +118,10 @@ def _serve(args: argparse.Namespace) -> int:
             # SIGTERM (an orchestrator's stop) drains first; SIGINT (Ctrl-C) or
             # a second SIGTERM stops at once, as run_app's handlers do.
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _drain_then_exit, app)
+            # What start-up built (modules, the schema, compiled plans) lives as long as
+            # the process: left out of the cyclic collector's full passes, which a
+            # request allocating hundreds of objects (an agenda) otherwise triggers.
+            gc.freeze()
             logging.getLogger("kalends").info("serving", extra={"url": url, "pid": os.getpid()})
 
         app.on_startup.append(start)

@@ -196,6 +196,14 @@ def check(
         raise _invalid(f"The recurrence rule cannot be expanded: {exc}", rule, param) from None
 
 
+# Expansions remembered: the agenda expands the same stored rules over the same
+# window on every request. Only small ones (a month of a daily rule), and a bounded
+# number of them, emptied when full: at most about 20 MB.
+_EXPANSIONS: dict[tuple[Any, ...], Expansion] = {}
+_REMEMBERED_ITEMS = 64
+_REMEMBERED_EXPANSIONS = 4096
+
+
 def occurrences(
     rule: str,
     start_local: datetime,
@@ -207,7 +215,20 @@ def occurrences(
 ) -> Expansion:
     """The occurrences of a checked rule whose start instant lies in
     [window_start, window_end), in chronological order: at most `limit` of them, and
-    no more work than `EXPANSION_WORK`."""
+    no more work than `EXPANSION_WORK`. Each call gets a list of its own."""
+    key = (rule, start_local, tz, window_start, window_end, limit)
+    found = _EXPANSIONS.get(key)
+    if found is None:
+        found = _expand(rule, start_local, tz, window_start, window_end, limit)
+        if len(found.items) <= _REMEMBERED_ITEMS:
+            if len(_EXPANSIONS) >= _REMEMBERED_EXPANSIONS:
+                _EXPANSIONS.clear()
+            _EXPANSIONS[key] = found
+    return Expansion(list(found.items), found.complete, found.incomplete_reason)
+
+
+def _expand(rule: str, start_local: datetime, tz: ZoneInfo, window_start: datetime,
+            window_end: datetime, limit: int) -> Expansion:
     parsed = _parse_or_raise(rule, "recurrence_rule")
     _need_naive(start_local)
     if window_start.utcoffset() is None or window_end.utcoffset() is None:
@@ -517,7 +538,8 @@ def _walls(
         meter.charge(_first_period_cost(r))
         dtstart = start
     else:
-        r = _with_start_defaults(r, start)
+        r = _with_start_defaults(r, start.month, start.day, start.weekday(), start.hour,
+                                 start.minute, start.second)
         dtstart = anchor
     try:
         metered = rrule(
@@ -542,6 +564,7 @@ def _rrule_arguments(r: _Rule) -> dict[str, Any]:
     }
 
 
+@lru_cache(maxsize=4096)
 def _step_weight(r: _Rule) -> float:
     """An upper bound of dateutil's work per INTERVAL use (see the cost model above)."""
     days = _DAYS_PER_PERIOD[r.freq]
@@ -598,19 +621,23 @@ def _anchor(r: _Rule, start: datetime, target: datetime) -> datetime | None:
     return first_hour + k * timedelta(hours=step) if k > 0 else None
 
 
-def _with_start_defaults(r: _Rule, start: datetime) -> _Rule:
+@lru_cache(maxsize=4096)
+def _with_start_defaults(r: _Rule, month: int, day: int, weekday: int, hour: int, minute: int,
+                         second: int) -> _Rule:
     """The rule with the parts dateutil (per RFC 5545) takes from DTSTART written
-    out, so that it means the same when started elsewhere."""
-    out = replace(r, byminute=r.byminute or (start.minute,), bysecond=r.bysecond or (start.second,))
+    out, so that it means the same when started elsewhere. Cached, with the rule's
+    dateutil arguments (`_rrule_arguments`): an agenda starts the same stored
+    events' rules at the same times on every request."""
+    out = replace(r, byminute=r.byminute or (minute,), bysecond=r.bysecond or (second,))
     if r.freq != HOURLY and not r.byhour:
-        out = replace(out, byhour=(start.hour,))
+        out = replace(out, byhour=(hour,))
     if not (r.byweekno or r.byyearday or r.bymonthday or r.byday):
         if r.freq == YEARLY:
-            out = replace(out, bymonth=r.bymonth or (start.month,), bymonthday=(start.day,))
+            out = replace(out, bymonth=r.bymonth or (month,), bymonthday=(day,))
         elif r.freq == MONTHLY:
-            out = replace(out, bymonthday=(start.day,))
+            out = replace(out, bymonthday=(day,))
         elif r.freq == WEEKLY:
-            out = replace(out, byday=((0, start.weekday()),))
+            out = replace(out, byday=((0, weekday),))
     return out
 
 

@@ -189,6 +189,8 @@ class Thing:
     when: datetime | None
     stamp: datetime
     mood: Mood
+    partner: Thing | None = None
+    twin: Thing = None  # type: ignore[assignment]  # set where a test selects it
 
     @strawberry.field
     async def later(self, fail: bool = False) -> str | None:
@@ -242,6 +244,18 @@ class SampleQuery:
         return [_thing("c"), _broken(), None]
 
     @strawberry.field
+    def pairs(self) -> list[Thing | None]:
+        fine = _thing("p1", partner=_thing("p1.partner"), twin=_thing("p1.twin"))
+        broken_partner = _thing("p2", partner=_broken(), twin=_thing("p2.twin"))
+        no_twin = _thing("p3", partner=ValueError("partner as an exception"))
+        broken_twin = _thing("p4", twin=_broken())
+        return [fine, broken_partner, no_twin, broken_twin]
+
+    @strawberry.field
+    def odd_things(self) -> list[Thing | None]:
+        return [_thing("o"), ValueError("an exception as an item"), None]  # type: ignore[list-item]
+
+    @strawberry.field
     def thing(self, name: str, broken: bool = False) -> Thing | None:
         return _broken() if broken else _thing(name)
 
@@ -278,6 +292,10 @@ _DOCUMENTS: list[tuple[str, dict[str, Any]]] = [
     ("query Q { maybe_things { name nick count flag ident ratio } }", {}),
     ("query Q { maybe_things { nick count } }", {}),
     ("query Q { maybe_things { when mood } }", {}),
+    ("query Q { odd_things { name } }", {}),
+    ("query Q { pairs { name partner { name nick } } }", {}),
+    ("query Q { pairs { name twin { name } } }", {}),
+    ("query Q { pairs { twin { nick partner { count } } partner { twin { mood } } } }", {}),
     ("query Q { maybe_things { when stamp } }", {}),
     ("query Q { things { name when stamp mood } }", {}),
     ("query Q { strict { nick } }", {}),

@@ -715,3 +715,17 @@ def test_the_metered_interval_is_an_int_that_charges_per_use() -> None:
     assert meter.left == 2.0
     with pytest.raises(recurrence._Exhausted):
         year += interval
+
+
+def test_a_remembered_expansion_is_the_same_and_each_caller_owns_its_list() -> None:
+    tz = ZoneInfo("Europe/Paris")
+    start = datetime(2026, 3, 2, 9, 0)
+    window = (datetime(2026, 3, 20, tzinfo=UTC), datetime(2026, 4, 20, tzinfo=UTC))
+    first = occurrences("FREQ=WEEKLY;BYDAY=MO,TH", start, tz, *window, limit=50)
+    first.items.clear()
+    again = occurrences("FREQ=WEEKLY;BYDAY=MO,TH", start, tz, *window, limit=50)
+    # Across the spring change: 09:00 in Paris is 08:00 UTC, then 07:00.
+    assert [o.start for o in again.items][:3] == [
+        datetime(2026, 3, 23, 8, tzinfo=UTC), datetime(2026, 3, 26, 8, tzinfo=UTC),
+        datetime(2026, 3, 30, 7, tzinfo=UTC)]
+    assert len(again.items) == 8 and again.complete
