@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import suppress
+from functools import cached_property
 
 import asyncpg
 from strawberry.dataloader import DataLoader
@@ -18,25 +19,49 @@ from kalends.auth import Viewer
 
 
 class Loaders:
+    """Each loader is made on first use: most requests need one or two of them."""
+
     def __init__(self, db: Database, viewer: Viewer) -> None:
         self._db = db
         self._viewer = viewer
-        # Rows carry the viewer's role in the owning organization.
-        self.profile = DataLoader[str, asyncpg.Record | None](load_fn=self._profiles)
-        # Events and series the viewer may see; others load as None.
-        self.event = DataLoader[str, asyncpg.Record | None](load_fn=self._events)
-        self.series = DataLoader[str, asyncpg.Record | None](load_fn=self._series)
-        self.series_of_event = DataLoader[str, list[asyncpg.Record]](
-            load_fn=self._series_of_events
-        )
-        self.rsvp_stats = DataLoader[str, asyncpg.Record | None](load_fn=self._rsvp_stats)
-        # The viewer's own subscriptions, those being removed included.
-        self.subscription = DataLoader[str, asyncpg.Record | None](load_fn=self._subscriptions)
-        # The viewer's own calendars and calendar events; others load as None.
-        self.calendar = DataLoader[str, asyncpg.Record | None](load_fn=self._calendars)
-        self.calendar_event = DataLoader[str, asyncpg.Record | None](
-            load_fn=self._calendar_events
-        )
+
+    @cached_property
+    def profile(self) -> DataLoader[str, asyncpg.Record | None]:
+        """Rows carry the viewer's role in the owning organization."""
+        return DataLoader(load_fn=self._profiles)
+
+    @cached_property
+    def event(self) -> DataLoader[str, asyncpg.Record | None]:
+        """Events the viewer may see; others load as None."""
+        return DataLoader(load_fn=self._events)
+
+    @cached_property
+    def series(self) -> DataLoader[str, asyncpg.Record | None]:
+        """Series the viewer may see; others load as None."""
+        return DataLoader(load_fn=self._series)
+
+    @cached_property
+    def series_of_event(self) -> DataLoader[str, list[asyncpg.Record]]:
+        return DataLoader(load_fn=self._series_of_events)
+
+    @cached_property
+    def rsvp_stats(self) -> DataLoader[str, asyncpg.Record | None]:
+        return DataLoader(load_fn=self._rsvp_stats)
+
+    @cached_property
+    def subscription(self) -> DataLoader[str, asyncpg.Record | None]:
+        """The viewer's own subscriptions, those being removed included."""
+        return DataLoader(load_fn=self._subscriptions)
+
+    @cached_property
+    def calendar(self) -> DataLoader[str, asyncpg.Record | None]:
+        """The viewer's own calendars; others load as None."""
+        return DataLoader(load_fn=self._calendars)
+
+    @cached_property
+    def calendar_event(self) -> DataLoader[str, asyncpg.Record | None]:
+        """The viewer's own calendar events; others load as None."""
+        return DataLoader(load_fn=self._calendar_events)
 
     async def _profiles(self, keys: Sequence[str]) -> list[asyncpg.Record | None]:
         rows = await profiles.by_ids(self._db, keys, self._viewer.user_id)

@@ -11,15 +11,18 @@ that function: read the attribute, check null, pass `str`/`bool`/in-range `int`
 through as graphql-core would, else call the scalar's own serializer.
 Everything else (resolvers, lists, nested objects, awaitables, errors and null
 propagation) follows graphql-core's algorithm step for step, with the same
-resolver objects, argument coercion (`get_argument_values`) and variable
-coercion (`get_variable_values`), so a plan answers what `graphql.execute`
-answers: tests/test_plan.py runs every registered operation through both.
+resolver objects and argument coercion (`get_argument_values`); variables are
+coerced by graphql-core's own functions with each signature and default worked
+out once (`get_variable_values` itself on any error). So a plan answers what
+`graphql.execute` answers: the test suite replays every registry call through
+both (tests/plan_oracle.py), and tests/test_plan.py covers the rest.
 
 What a plan does not support (abstract types, `is_type_of`, `@defer`/`@stream`,
 fragment variables, middleware) makes `compile_operation` raise, so a document
 that needs graphql-core's generality fails at start-up instead of being served
-differently. `/graphql` keeps graphql-core (through Strawberry) for arbitrary
-queries.
+differently; directive arguments that fail for a request's values (`@include(if:
+null)`) send that request to graphql-core. `/graphql` keeps graphql-core
+(through Strawberry) for arbitrary queries.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from graphql import (
@@ -46,6 +50,7 @@ from graphql import (
     OperationDefinitionNode,
     OperationType,
     VariableNode,
+    execute,
     is_leaf_type,
     located_error,
 )
@@ -56,10 +61,22 @@ from graphql.execution.collect_fields import (
     collect_subfields,
 )
 from graphql.execution.executor import default_field_resolver
-from graphql.execution.values import VariableValues, get_argument_values, get_variable_values
+from graphql.execution.get_variable_signature import (
+    GraphQLVariableSignature,
+    get_variable_signature,
+)
+from graphql.execution.values import (
+    VariableValues,
+    VariableValueSource,
+    get_argument_values,
+    get_variable_values,
+    input_is_nested_too_deeply,
+    maybe_use_default_value,
+)
 from graphql.language import Visitor, visit
 from graphql.pyutils import Path, Undefined, gather_with_cancel, inspect, is_awaitable, is_iterable
 from graphql.type.scalars import serialize_boolean, serialize_id, serialize_int, serialize_string
+from graphql.utilities.coerce_input_value import coerce_input_value
 
 # Values of these exact classes come out of these serializers unchanged.
 _PASS_THROUGH: dict[Callable[[Any], Any], str] = {
@@ -392,6 +409,37 @@ class Plan:
     directive_variables: tuple[str, ...]
     _compiled: dict[tuple[Any, ...], Callable[[_Execution], Any]] = field(
         default_factory=dict, repr=False)
+    _signatures: list[tuple[GraphQLVariableSignature, Any]] | None = field(
+        default=None, repr=False)
+
+    def _coerce(self, inputs: dict[str, Any]) -> VariableValues | list[GraphQLError]:
+        """graphql-core's `get_variable_values`, with each variable's signature and
+        coerced default worked out once per document instead of per request. Any
+        value that does not coerce takes graphql-core's own path, for its errors."""
+        if self._signatures is None:
+            self._signatures = _signatures(self.schema, self.operation)
+        if self._signatures is _UNSIGNED:
+            return _core_variables(self, inputs)
+        sources: dict[str, VariableValueSource] = {}
+        coerced: dict[str, Any] = {}
+        for signature, default in self._signatures:
+            name = signature.name
+            value = inputs.get(name, Undefined)
+            if value is Undefined:
+                if default is _REQUIRED:
+                    return _core_variables(self, inputs)
+                sources[name] = VariableValueSource(signature)
+                if default is not Undefined:
+                    coerced[name] = default
+                continue
+            sources[name] = VariableValueSource(signature, value)
+            if input_is_nested_too_deeply(value, signature.type):
+                return _core_variables(self, inputs)
+            value = coerce_input_value(value, signature.type)
+            if value is Undefined:
+                return _core_variables(self, inputs)
+            coerced[name] = value
+        return VariableValues(sources, coerced)
 
     def compiled(self, variables: VariableValues) -> Callable[[_Execution], Any]:
         key = tuple(variables.coerced.get(name) for name in self.directive_variables)
@@ -403,13 +451,20 @@ class Plan:
     async def execute(self, context: Any, raw_variables: dict[str, Any] | None
                       ) -> ExecutionResult:
         """What `graphql.execute` answers for this document, these variables."""
-        variables = get_variable_values(
-            self.schema, self.operation.variable_definitions or (), raw_variables or {},
-            max_errors=50,
-        )
+        variables = self._coerce(raw_variables or {})
         if isinstance(variables, list):
             return ExecutionResult(None, variables)
-        run = self.compiled(variables)
+        try:
+            run = self.compiled(variables)
+        except GraphQLError:
+            # Directives that reject these values (`@include(if: null)`): graphql-core
+            # reports that where it meets it, field by field; let it.
+            result = execute(self.schema, self.document, context_value=context,
+                             variable_values=raw_variables)
+            if is_awaitable(result):
+                result = await result
+            assert isinstance(result, ExecutionResult)
+            return result
         ex = _Execution(self, variables, context)
         try:
             data = run(ex)
@@ -419,6 +474,45 @@ class Plan:
             ex.add_error(error, None)
             data = None
         return ExecutionResult(data, ex.errors or None)
+
+
+_REQUIRED = object()
+"""A non-null variable without a default: missing is an error."""
+_UNSIGNED: list[tuple[GraphQLVariableSignature, Any]] = []
+"""A document whose signatures or defaults need graphql-core's errors every time."""
+
+
+def _signatures(schema: GraphQLSchema, operation: OperationDefinitionNode
+                ) -> list[tuple[GraphQLVariableSignature, Any]]:
+    """Each variable's signature and what it is when not sent: its coerced default,
+    Undefined (left out), or _REQUIRED."""
+    out: list[tuple[GraphQLVariableSignature, Any]] = []
+    for node in operation.variable_definitions or ():
+        signature = get_variable_signature(schema, node)
+        if isinstance(signature, GraphQLError):
+            return _UNSIGNED
+        if node.default_value:
+            defaults: dict[str, Any] = {}
+            failed: list[GraphQLError] = []
+            maybe_use_default_value(defaults, signature.name, signature,
+                                    partial(_collect, failed))
+            if failed:
+                return _UNSIGNED
+            out.append((signature, defaults.get(signature.name, Undefined)))
+        elif isinstance(signature.type, GraphQLNonNull):
+            out.append((signature, _REQUIRED))
+        else:
+            out.append((signature, Undefined))
+    return out
+
+
+def _collect(errors: list[GraphQLError], error: GraphQLError, _path: list[str | int]) -> None:
+    errors.append(error)
+
+
+def _core_variables(plan: Plan, inputs: dict[str, Any]) -> VariableValues | list[GraphQLError]:
+    return get_variable_values(
+        plan.schema, plan.operation.variable_definitions or (), inputs, max_errors=50)
 
 
 def compile_operation(schema: GraphQLSchema, document: DocumentNode) -> Plan:

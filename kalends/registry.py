@@ -5,9 +5,10 @@ REST binding (method, path, where each variable comes from), its MCP tool
 description and hints, and how its result is shaped. The REST routes, the MCP
 tools and the OpenAPI document are all generated from `OPERATIONS`.
 
-Documents are parsed and validated once, by `prepare`, at start-up; a broken
-document stops the start. Requests then run the pre-validated AST through
-graphql-core directly, skipping per-request parsing and validation.
+Documents are parsed, validated and compiled into execution plans once, by
+`prepare`, at start-up; a broken document, or one a plan cannot run, stops the
+start. Requests then run the plan (graph/plan.py): the schema's own resolvers,
+without per-request parsing, validation or graphql-core's generic executor.
 """
 
 from __future__ import annotations
@@ -117,14 +118,8 @@ class Operation:
         )
 
     @property
-    def ast(self) -> DocumentNode:
-        try:
-            return self._prepared["ast"]  # type: ignore[no-any-return]
-        except KeyError:
-            raise RuntimeError(f"operation {self.name} used before prepare()") from None
-
-    @property
     def plan(self) -> Plan:
+        """The document, parsed, validated and compiled (graph/plan.py)."""
         try:
             return self._prepared["plan"]  # type: ignore[no-any-return]
         except KeyError:
@@ -252,7 +247,6 @@ def prepare(schema: GraphQLSchema) -> None:
         except Unsupported as e:
             problems.append(f"{op.name}: cannot be compiled into a plan: {e}")
             continue
-        op._prepared["ast"] = ast
         op._prepared["plan"] = plan
         if op.result is not None:
             response = _response_schema(schema, ast, op.result)

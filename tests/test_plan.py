@@ -318,6 +318,10 @@ _DOCUMENTS: list[tuple[str, dict[str, Any]]] = [
      " fragment F on Thing { flag later }", {"a": False, "b": False}),
     ("query Q($n: String!) { thing(name: $n) { name } }", {}),
     ("query Q($n: String!) { thing(name: $n) { name } }", {"n": 3}),
+    ("query Q($n: String = \"dflt\") { thing(name: $n) { name } }", {}),
+    ("query Q($n: String = \"dflt\") { thing(name: $n) { name } }", {"n": None}),
+    ("query Q($b: Boolean = true) { things { name @include(if: $b) } }", {"b": None}),
+    ("query Q($b: Boolean = true) { things { child @include(if: $b) { name } } }", {"b": None}),
     ("mutation M { a: first(label: \"1\") b: second(label: \"2\") c: first(label: \"3\") }", {}),
     ("mutation M { a: first(label: \"1\") failing b: second(label: \"2\") }", {}),
 ]
