@@ -190,6 +190,7 @@ class Scenario:
     method: str = "GET"
     body_for: Callable[[int], object] | None = None
     expected: int = 200
+    headers: Mapping[str, str] | None = None
 
 
 OnResponse = Callable[[int, int, bytes], None]
@@ -214,7 +215,8 @@ async def load(session: aiohttp.ClientSession, scenario: Scenario, total: int,
             url = scenario.url_for(i)
             body = None if scenario.body_for is None else scenario.body_for(i)
             started = time.perf_counter()
-            async with session.request(scenario.method, url, json=body) as response:
+            async with session.request(scenario.method, url, json=body,
+                                       headers=scenario.headers) as response:
                 data = await response.read()
                 status = response.status
             result.latencies.append(time.perf_counter() - started)

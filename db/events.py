@@ -118,3 +118,36 @@ async def lock(tx: Tx, event_id: str) -> asyncpg.Record | None:
         """,
         event_id,
     )
+
+
+# ---------------------------------------------------------------------------
+# ICS feeds: a public profile's public events, read by anyone
+
+
+async def feed_version(db: Database, profile_id: str) -> asyncpg.Record | None:
+    """For a public, live profile: what its feed depends on (the profile's last
+    change, and its public events' number and last change); None otherwise."""
+    return await db.fetchrow(
+        """
+        SELECT p.id, p.display_name, p.updated_at, count(e.id) AS events,
+               max(e.updated_at) AS changed
+        FROM profiles p LEFT JOIN events e ON e.profile_id = p.id AND NOT e.is_private
+        WHERE p.id = $1 AND NOT p.is_private AND p.deleted_at IS NULL
+        GROUP BY p.id
+        """,
+        profile_id,
+    )
+
+
+async def feed(db: Database, profile_id: str) -> list[asyncpg.Record]:
+    """The profile's public events, by start."""
+    return await db.fetch(
+        """
+        SELECT id, title, description, location, start_time, end_time, start_timezone,
+               end_timezone, is_all_day, start_date, end_date, recurrence_rule, status,
+               transparency, sequence, created_at, updated_at
+        FROM events WHERE profile_id = $1 AND NOT is_private
+        ORDER BY start_time, id
+        """,
+        profile_id,
+    )

@@ -21,7 +21,7 @@ from kalends.draining import Drain
 from kalends.errors import ApiError
 from kalends.pagination import Cursors
 from kalends.services import DRAIN, SERVICES, SETTINGS
-from rest_bridge import openapi, routes
+from rest_bridge import feeds, openapi, routes
 from rest_bridge.middleware import error_envelopes, guard, request_context, require_api_key
 from rest_bridge.responses import json_response
 
@@ -77,6 +77,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     require_api_key(app, app.router.add_route(
         "POST", "/graphql", KalendsGraphQLView(schema=schema, graphql_ide=None)))
     routes.setup(app)
+    feeds.setup(app)
     mcp_bridge.setup(app, settings)
     return app
 

@@ -1,7 +1,8 @@
 """The OpenAPI 3.1 document, generated from the operation registry.
 
 Request schemas come from the pydantic models; response schemas from each
-operation's GraphQL selection set. Nothing here is written by hand per route.
+operation's GraphQL selection set. Nothing here is written by hand per route;
+the one route outside the registry, the ICS feed, declares its entry beside it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from kalends.errors import ERROR_CODES, ERROR_TYPES
 from kalends.registry import OPERATIONS, Operation, honest_defaults
+from rest_bridge import feeds
 
 _REF = "#/components/schemas/{model}"
 _ERROR_REF = {"$ref": "#/components/responses/Error"}
@@ -28,6 +30,7 @@ def document() -> dict[str, Any]:
     resources = _Resources()
     for op in OPERATIONS.values():
         paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, schemas, resources)
+    paths.update(feeds.OPENAPI)
     clash = set(schemas) & set(resources.schemas)
     assert not clash, f"response and request schemas share names: {clash}"
     schemas.update(resources.schemas)

@@ -88,7 +88,8 @@ def test_every_operation_appears_exactly_once(document: dict[str, Any]) -> None:
     assert not repeated, f"operationIds used more than once: {repeated}"
     missing = sorted(set(OPERATIONS) - set(counts))
     assert not missing, f"registered operations missing from the document: {missing}"
-    unknown = sorted(set(counts) - set(OPERATIONS))
+    # The ICS feed is the one route outside the registry (rest_bridge/feeds.py).
+    unknown = sorted(set(counts) - set(OPERATIONS) - {"getProfileEventsFeed"})
     assert not unknown, f"operations in the document but not in the registry: {unknown}"
     for name, op in OPERATIONS.items():
         documented = document["paths"][op.path][op.method.lower()]
