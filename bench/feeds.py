@@ -5,8 +5,11 @@
 Starts one real `kalends serve` (harness.py), creates a public profile and its
 events through the API (one in seven weekly, one in ten all-day, one in twenty
 cancelled, every tenth in another zone), then measures
-`GET /v1/profiles/{id}/events.ics` without a validator (the feed built each
-time: "cold") and with `If-None-Match` carrying its ETag (a 304, no feed built),
+`GET /v1/profiles/{id}/events.ics`:
+- cold: `--cold` (5) requests one after another, each after the profile was
+  changed (`PATCH`, unmeasured), so each builds the feed;
+- kept: without a validator, the feed unchanged (served as built);
+- 304: with `If-None-Match` carrying its ETag (no feed built);
 and prints the feed's size and event count.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import secrets
 import sys
+import time
 from datetime import date, timedelta
 
 import aiohttp
@@ -53,10 +57,23 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
     feed = f"{url}/v1/profiles/{profile['id']}/events.ics"
     async with session.get(feed) as response:
         body = await response.read()
-        etag = response.headers["ETag"]
     print(f"feed: {len(body) / 1024:.0f} KiB, {body.count(b'BEGIN:VEVENT')} events", flush=True)
+    cold = Result("GET events.ics (cold: built)", 200)
+    for i in range(args.cold):
+        async with session.patch(f"{url}/v1/profiles/{profile['id']}",
+                                 json={"description": f"Version {i}"}) as response:
+            assert response.status == 200, await response.text()
+        t0 = time.perf_counter()
+        async with session.get(feed) as response:
+            await response.read()
+            cold.statuses[response.status] += 1
+        cold.latencies.append(time.perf_counter() - t0)
+    cold.wall = sum(cold.latencies)  # the builds alone, not the changes between them
+    async with session.get(feed) as response:
+        etag = response.headers["ETag"]  # the version now
     return [
-        await harness.measure(session, Scenario("GET events.ics (built)", lambda i: feed),
+        cold,
+        await harness.measure(session, Scenario("GET events.ics (kept)", lambda i: feed),
                               args.warmup, args.requests, args.concurrency),
         await harness.measure(session, Scenario(
             "GET events.ics (304)", lambda i: feed, expected=304,
@@ -65,7 +82,8 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
 
 
 def main() -> int:
-    args = harness.options(__doc__ or "", {"events": (2000, "events of the profile")})
+    args = harness.options(__doc__ or "", {"events": (2000, "events of the profile"),
+                                           "cold": (5, "feeds built, one after another")})
     return harness.run(_benchmark, args, f"{args.events} events")
 
 

@@ -139,15 +139,51 @@ async def feed_version(db: Database, profile_id: str) -> asyncpg.Record | None:
     )
 
 
+_ICAL = """
+    e.id, e.title, e.description, e.location, e.start_time, e.end_time, e.start_timezone,
+    e.end_timezone, e.is_all_day, e.start_date, e.end_date, e.recurrence_rule, e.status,
+    e.transparency, e.sequence, e.created_at, e.updated_at, e.cancellation_reason,
+    e.allow_notifications
+"""
+"""What an iCalendar VEVENT shows of an event (kalends/feeds.py)."""
+
+
 async def feed(db: Database, profile_id: str) -> list[asyncpg.Record]:
     """The profile's public events, by start."""
     return await db.fetch(
-        """
-        SELECT id, title, description, location, start_time, end_time, start_timezone,
-               end_timezone, is_all_day, start_date, end_date, recurrence_rule, status,
-               transparency, sequence, created_at, updated_at
-        FROM events WHERE profile_id = $1 AND NOT is_private
-        ORDER BY start_time, id
+        f"""
+        SELECT {_ICAL} FROM events e WHERE e.profile_id = $1 AND NOT e.is_private
+        ORDER BY e.start_time, e.id
         """,
         profile_id,
+    )
+
+
+async def for_mail(db: Database, event_id: str) -> asyncpg.Record | None:
+    """An event as attendee e-mail shows it, with its profile's name."""
+    return await db.fetchrow(
+        f"""
+        SELECT {_ICAL}, p.display_name AS profile_name
+        FROM events e JOIN profiles p ON p.id = e.profile_id WHERE e.id = $1
+        """,
+        event_id,
+    )
+
+
+async def mail_sent(db: Database, event_id: str, sequence: int, method: str
+                    ) -> set[str]:
+    rows = await db.fetch(
+        "SELECT address FROM attendee_mail_sent WHERE event_id = $1 AND sequence = $2"
+        " AND method = $3",
+        event_id, sequence, method,
+    )
+    return {r["address"] for r in rows}
+
+
+async def record_mail(db: Database, event_id: str, sequence: int, method: str,
+                      address: str) -> None:
+    await db.execute(
+        "INSERT INTO attendee_mail_sent (event_id, sequence, method, address)"
+        " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        event_id, sequence, method, address,
     )

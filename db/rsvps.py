@@ -113,3 +113,16 @@ async def update(tx: Tx, rsvp_id: str, values: dict[str, Any]) -> asyncpg.Record
 
 async def delete(db: Database | Tx, rsvp_id: str) -> None:
     await db.execute("DELETE FROM rsvps WHERE id = $1", rsvp_id)
+
+
+async def to_notify(db: Database, event_id: str) -> list[asyncpg.Record]:
+    """The RSVPs that hear of a change: an e-mail address, and going, maybe or waitlist."""
+    return await db.fetch(
+        f"""
+        SELECT {_COLUMNS} FROM rsvps r
+        WHERE r.event_id = $1 AND r.attendee_email IS NOT NULL
+          AND r.status IN ('going', 'maybe', 'waitlist')
+        ORDER BY r.created_at, r.id
+        """,
+        event_id,
+    )

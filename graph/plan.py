@@ -448,6 +448,16 @@ class Plan:
             run = self._compiled[key] = _Compiler(self, variables).root()
         return run
 
+    async def execute_by_graphql_core(self, context: Any,
+                                      raw_variables: dict[str, Any] | None) -> ExecutionResult:
+        """The same document through graphql-core's generic executor (the oracle)."""
+        result = execute(self.schema, self.document, context_value=context,
+                         variable_values=raw_variables)
+        if is_awaitable(result):
+            result = await result
+        assert isinstance(result, ExecutionResult)
+        return result
+
     async def execute(self, context: Any, raw_variables: dict[str, Any] | None
                       ) -> ExecutionResult:
         """What `graphql.execute` answers for this document, these variables."""
@@ -459,12 +469,7 @@ class Plan:
         except GraphQLError:
             # Directives that reject these values (`@include(if: null)`): graphql-core
             # reports that where it meets it, field by field; let it.
-            result = execute(self.schema, self.document, context_value=context,
-                             variable_values=raw_variables)
-            if is_awaitable(result):
-                result = await result
-            assert isinstance(result, ExecutionResult)
-            return result
+            return await self.execute_by_graphql_core(context, raw_variables)
         ex = _Execution(self, variables, context)
         try:
             data = run(ex)

@@ -15,10 +15,11 @@ from db.database import Database
 from graph.context import Services
 from graph.http import KalendsGraphQLView
 from graph.schema import schema
-from kalends import config, housekeeping, jobs, metrics, registry, sync
+from kalends import config, housekeeping, jobs, metrics, registry
 from kalends.connected.engine import connected_jobs
 from kalends.draining import Drain
 from kalends.errors import ApiError
+from kalends.job_handlers import all_handlers
 from kalends.pagination import Cursors
 from kalends.services import DRAIN, SERVICES, SETTINGS
 from rest_bridge import feeds, openapi, routes
@@ -56,7 +57,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
             # A pool of its own: jobs never take the connections requests need.
             jobs_db = await Database.connect(dsn, min_size=1, max_size=4)
             async with connected_jobs(jobs_db, settings) as handlers:
-                worker = jobs.Worker(jobs_db, dsn, sync.HANDLERS | handlers,
+                worker = jobs.Worker(jobs_db, dsn, all_handlers(settings, handlers),
                                      settings.job_heartbeat)
                 task = asyncio.create_task(worker.run())
                 yield

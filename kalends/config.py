@@ -69,6 +69,11 @@ class Settings:
     oauth_allow_loopback_clients: bool = False
     """Accept Client ID Metadata Documents served over http from loopback
     (local development and tests); never for a public deployment."""
+    smtp_url: str | None = None
+    """Where attendee e-mail goes: smtp://[user:password@]host[:port] (STARTTLS when
+    the server offers it) or smtps://... (TLS from the start); None: none is sent."""
+    mail_from: str = "kalends@localhost"
+    """The address attendee e-mail comes from, and its iCalendar ORGANIZER."""
 
 
 DEFAULTS = Settings()
@@ -99,7 +104,30 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
                                         DEFAULTS.oauth_access_token_ttl),
         oauth_allow_loopback_clients=_switch(env, "KALENDS_OAUTH_ALLOW_LOOPBACK_CLIENTS",
                                              DEFAULTS.oauth_allow_loopback_clients),
+        smtp_url=_smtp_url(env, "KALENDS_SMTP_URL"),
+        mail_from=_address(env, "KALENDS_MAIL_FROM", DEFAULTS.mail_from),
     )
+
+
+def _smtp_url(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("smtp", "smtps") or not parts.hostname \
+            or parts.path.strip("/") or parts.query or parts.fragment:
+        # Not echoed: it may hold a password.
+        raise ConfigError(f"{name} is not valid: expected smtp://host[:port] or smtps://...")
+    return value
+
+
+def _address(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        return default
+    if value.count("@") != 1 or any(c.isspace() or c in "<>,;\"" for c in value):
+        raise _invalid(name, value, "one e-mail address, such as calendar@example.com")
+    return value
 
 
 # Provider endpoints and OAuth clients: the real services by default, fakes in tests.

@@ -15,7 +15,7 @@ from pydantic import Field, StringConstraints
 
 from db import events as store
 from db.database import Database, Tx
-from kalends import ids, profiles, recurrence, sync, times
+from kalends import attendee_mail, ids, profiles, recurrence, sync, times
 from kalends.auth import Viewer
 from kalends.errors import ApiError, conflict, not_found
 from kalends.profiles import Description
@@ -240,20 +240,28 @@ async def update(db: Database, row: asyncpg.Record, data: EventUpdate) -> None:
 async def cancel(db: Database, row: asyncpg.Record, data: EventCancel) -> None:
     """RSVPs stay, so attendees can be told."""
     _check_open(row)
-    await _saved(db, row["id"], lambda tx: store.update(tx, row["id"], {
-        "status": "cancelled", "cancelled_at": datetime.now(UTC),
-        "cancellation_reason": data.reason,
-    }))
+
+    async def write(tx: Tx) -> None:
+        await store.update(tx, row["id"], {
+            "status": "cancelled", "cancelled_at": datetime.now(UTC),
+            "cancellation_reason": data.reason,
+        })
+        await attendee_mail.queue(tx, row)
+    await _saved(db, row["id"], write)
 
 
 async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule) -> None:
     """A new time, allowed on a cancelled event too: it reopens it."""
     t = times.resolve_reschedule(times.of_row(row), data.model_dump(exclude_unset=True))
     times.check_rule(row["recurrence_rule"], t)
-    await _saved(db, row["id"], lambda tx: store.update(tx, row["id"], {
-        **times.columns(t), "status": "scheduled", "cancelled_at": None,
-        "cancellation_reason": None, "is_rescheduled": True,
-    }))
+
+    async def write(tx: Tx) -> None:
+        await store.update(tx, row["id"], {
+            **times.columns(t), "status": "scheduled", "cancelled_at": None,
+            "cancellation_reason": None, "is_rescheduled": True,
+        })
+        await attendee_mail.queue(tx, row)
+    await _saved(db, row["id"], write)
 
 
 async def delete(db: Database, row: asyncpg.Record) -> None:

@@ -10,11 +10,13 @@ uses too.
 
 The ETag is derived from what the feed depends on (the profile's and its public
 events' last changes and their number), so a `304` costs one small query and no
-calendar is built.
+calendar is built; a feed built is kept by its ETag (64 MiB in all), so that
+clients without a validator cost no more than one build per change.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from datetime import datetime, time, timedelta
@@ -31,6 +33,9 @@ from kalends.errors import ApiError
 REFRESH = timedelta(hours=1)
 """How often subscribers should fetch the feed again (REFRESH-INTERVAL, X-PUBLISHED-TTL)."""
 _FORMAT = "1"
+_BUILT: dict[tuple[str, str], bytes] = {}
+"""Feeds built, by profile and ETag (a new version is a new key), oldest first."""
+_KEEP_BYTES = 64 * 1024 * 1024
 _FIRST_WITHIN = timedelta(days=366 * 30)
 """A rule's first occurrence is looked for this far from the stored start."""
 """Raised when the feed's rendering changes, so that ETags change with it."""
@@ -54,8 +59,19 @@ async def version(db: Database, profile_id: str) -> tuple[asyncpg.Record, str]:
     return row, '"' + hashlib.sha256(basis.encode()).hexdigest()[:32] + '"'
 
 
-async def render(db: Database, profile: asyncpg.Record) -> bytes:
-    return calendar(profile, await store.feed(db, profile["id"]))
+async def render(db: Database, profile: asyncpg.Record, etag: str) -> bytes:
+    """The feed for `etag`: built once per version, on a thread (2,000 events take
+    icalendar over a second, which must not stall the event loop), then kept."""
+    key = (profile["id"], etag)
+    body = _BUILT.get(key)
+    if body is None:
+        rows = await store.feed(db, profile["id"])
+        body = await asyncio.to_thread(calendar, profile, rows)
+        if len(body) <= _KEEP_BYTES:
+            while _BUILT and sum(map(len, _BUILT.values())) + len(body) > _KEEP_BYTES:
+                del _BUILT[next(iter(_BUILT))]  # the oldest first
+            _BUILT[key] = body
+    return body
 
 
 def calendar(profile: asyncpg.Record, rows: Sequence[asyncpg.Record]) -> bytes:
@@ -69,7 +85,7 @@ def calendar(profile: asyncpg.Record, rows: Sequence[asyncpg.Record]) -> bytes:
     cal.add("refresh-interval", REFRESH, parameters={"VALUE": "DURATION"})
     cal.add("x-published-ttl", vDuration(REFRESH))  # an X- property: typed by hand
     for row in rows:
-        cal.add_component(_event(row))
+        cal.add_component(vevent(row))
     cal.add_missing_timezones()
     body: bytes = cal.to_ical()
     return body
@@ -104,7 +120,8 @@ def _to_first_occurrence(row: asyncpg.Record) -> timedelta:
     return shift
 
 
-def _event(row: asyncpg.Record) -> Event:
+def vevent(row: asyncpg.Record) -> Event:
+    """The event's VEVENT, the same in the feed and in attendee e-mail."""
     event = Event()
     event.add("uid", uid(row["id"]))
     event.add("dtstamp", row["updated_at"])

@@ -53,7 +53,7 @@ async def _feed(request: web.Request) -> web.StreamResponse:
     headers = {"ETag": etag, "Cache-Control": _CACHE}
     if _matches(request.headers.get("If-None-Match", ""), etag):
         return web.Response(status=304, headers=headers)
-    body = await feeds.render(db, profile)
+    body = await feeds.render(db, profile, etag)
     return web.Response(body=body, headers=headers, content_type="text/calendar",
                         charset="utf-8")
 

@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphql import ExecutionResult, GraphQLObjectType, GraphQLResolveInfo, execute
+from graphql import ExecutionResult, GraphQLObjectType, GraphQLResolveInfo
 from graphql.pyutils import is_awaitable
 
 from graph.plan import Plan
@@ -130,13 +130,9 @@ def install(schema: Any) -> None:
         recording.replay = True
         token = _ACTIVE.set(recording)
         try:
-            expected = execute(self.schema, self.document, context_value=context,
-                               variable_values=raw_variables)
-            if is_awaitable(expected):
-                expected = await expected
+            expected = await self.execute_by_graphql_core(context, raw_variables)
         finally:
             _ACTIVE.reset(token)
-        assert isinstance(expected, ExecutionResult)
         name = self.operation.name.value if self.operation.name else "?"
         SEEN.add(name)
         problems = list(recording.problems)

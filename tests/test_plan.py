@@ -23,8 +23,7 @@ import plan_oracle
 import pytest
 import strawberry
 from conftest import Api, LiveServer, new_event, new_profile
-from graphql import ExecutionResult, execute, parse, validate
-from graphql.pyutils import is_awaitable
+from graphql import ExecutionResult, parse, validate
 
 from graph.plan import Plan, Unsupported, compile_operation
 from kalends.registry import OPERATIONS
@@ -117,14 +116,7 @@ async def test_a_tour_of_every_operation(api: Api, live_server: LiveServer) -> N
     assert all(isinstance(op.plan, Plan) for op in OPERATIONS.values())
 
 
-async def _core(self: Plan, context: Any, raw_variables: dict[str, Any] | None
-                ) -> ExecutionResult:
-    result = execute(self.schema, self.document, context_value=context,
-                     variable_values=raw_variables)
-    if is_awaitable(result):
-        result = await result
-    assert isinstance(result, ExecutionResult)
-    return result
+_core = Plan.execute_by_graphql_core
 
 
 async def test_read_operations_make_the_same_sql_statements(
