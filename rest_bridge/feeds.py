@@ -13,11 +13,12 @@ from kalends import feeds, ids
 from kalends.services import OPERATION, SERVICES
 
 PATH = "/v1/profiles/{profile_id}/events.ics"
+OPERATION_ID = "getProfileEventsFeed"
 _CACHE = f"public, max-age={int(feeds.REFRESH.total_seconds())}"
 
 
 OPENAPI: dict[str, Any] = {PATH: {"get": {
-    "operationId": "getProfileEventsFeed",
+    "operationId": OPERATION_ID,
     "summary": "A public profile's public events as an iCalendar (RFC 5545) feed",
     "tags": ["Events"],
     "security": [],
@@ -43,11 +44,11 @@ OPENAPI: dict[str, Any] = {PATH: {"get": {
 
 
 def setup(app: web.Application) -> None:
-    app.router.add_get(PATH, _feed, name="getProfileEventsFeed")
+    app.router.add_get(PATH, _feed, name=OPERATION_ID)
 
 
 async def _feed(request: web.Request) -> web.StreamResponse:
-    request[OPERATION] = "getProfileEventsFeed"
+    request[OPERATION] = OPERATION_ID
     db = request.app[SERVICES].db
     profile, etag = await feeds.version(db, request.match_info["profile_id"])
     headers = {"ETag": etag, "Cache-Control": _CACHE}
