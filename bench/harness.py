@@ -297,9 +297,9 @@ async def profile(session: aiohttp.ClientSession, scenario: Scenario, requests: 
     """Sample the service with py-spy (`pip install py-spy`) while it serves `requests` of
     `scenario`, unmeasured; print the functions where most samples were, by self time and
     inclusive of callees. The raw samples stay in the work directory."""
-    raw = Path(_SERVICE_ENV["WORKDIR"]) / f"profile-{len(os.listdir(_SERVICE_ENV['WORKDIR']))}.txt"
+    raw = Path(_SERVICE["workdir"]) / f"profile-{len(os.listdir(_SERVICE['workdir']))}.txt"
     spy = subprocess.Popen(
-        ["py-spy", "record", "--pid", _SERVICE_ENV["PID"], "--format", "raw", "--rate", "400",
+        ["py-spy", "record", "--pid", _SERVICE["pid"], "--format", "raw", "--rate", "400",
          "--nonblocking", "--output", str(raw)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     await asyncio.sleep(1.0)  # attached
@@ -372,6 +372,9 @@ def options(doc: str, counts: Mapping[str, tuple[int, str]] | None = None
 
 
 _SERVICE_ENV: dict[str, str] = {}
+"""The service's environment (also given to the processes a bench starts beside it)."""
+_SERVICE: dict[str, str] = {}
+"""The running service's `pid` and `workdir`, for --profile."""
 
 
 @asynccontextmanager
@@ -425,7 +428,7 @@ def run(benchmark: Benchmark, args: argparse.Namespace, setting: str) -> int:
     _SERVICE_ENV.update(env)
     print(f"kalends serve (1 process), {database}, data in {workdir}", flush=True)
     service = Service(env, workdir)
-    _SERVICE_ENV.update(PID=str(service.process.pid), WORKDIR=str(workdir))
+    _SERVICE.update(pid=str(service.process.pid), workdir=str(workdir))
     ok = True
     results: list[Result] = []
     try:

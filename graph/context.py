@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from graphql import GraphQLSchema
-
 from db.database import Database
 from graph.dataloaders import Loaders
 from kalends.auth import Viewer
@@ -19,7 +17,6 @@ class Services:
 
     db: Database
     cursors: Cursors
-    schema: GraphQLSchema
     sync_interval: timedelta = timedelta(seconds=300)
     """Connected calendars' sync interval: the agenda's `sync_stale` threshold."""
 

@@ -138,10 +138,6 @@ class _Field:
     def name(self) -> str:
         return self.nodes[0].name.value
 
-    @property
-    def return_type(self) -> GraphQLOutputType:
-        return self.definition.type
-
 
 def _strawberry_attr(definition: GraphQLField) -> str | None:
     if not getattr(definition.resolve, "_is_default", False):
@@ -407,22 +403,20 @@ class Plan:
     fragment_definitions: dict[str, FragmentDefinitionNode]
     fragments: dict[str, FragmentDetails]
     directive_variables: tuple[str, ...]
+    signatures: list[tuple[GraphQLVariableSignature, Any]]
+    """Each variable's signature and coerced default (`_signatures`), or _UNSIGNED."""
     _compiled: dict[tuple[Any, ...], Callable[[_Execution], Any]] = field(
         default_factory=dict, repr=False)
-    _signatures: list[tuple[GraphQLVariableSignature, Any]] | None = field(
-        default=None, repr=False)
 
     def _coerce(self, inputs: dict[str, Any]) -> VariableValues | list[GraphQLError]:
         """graphql-core's `get_variable_values`, with each variable's signature and
         coerced default worked out once per document instead of per request. Any
         value that does not coerce takes graphql-core's own path, for its errors."""
-        if self._signatures is None:
-            self._signatures = _signatures(self.schema, self.operation)
-        if self._signatures is _UNSIGNED:
+        if self.signatures is _UNSIGNED:
             return _core_variables(self, inputs)
         sources: dict[str, VariableValueSource] = {}
         coerced: dict[str, Any] = {}
-        for signature, default in self._signatures:
+        for signature, default in self.signatures:
             name = signature.name
             value = inputs.get(name, Undefined)
             if value is Undefined:
@@ -534,7 +528,7 @@ def compile_operation(schema: GraphQLSchema, document: DocumentNode) -> Plan:
     plan = Plan(
         schema, document, operation, fragment_definitions,
         {name: FragmentDetails(d, None) for name, d in fragment_definitions.items()},
-        _directive_variables(document),
+        _directive_variables(document), _signatures(schema, operation),
     )
     # Compile the form without variables now: an unsupported document fails at start-up.
     defaults = get_variable_values(schema, operation.variable_definitions or (), {})

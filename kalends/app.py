@@ -48,7 +48,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     async def services(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(dsn, max_size=pool_size)
         cursor_secret = await secrets.get(db, "cursor")
-        app[SERVICES] = Services(db=db, cursors=Cursors(cursor_secret), schema=schema._schema,
+        app[SERVICES] = Services(db=db, cursors=Cursors(cursor_secret),
                                  sync_interval=settings.sync_interval)
         # Keep the rate-limit table as small as the set of recently active callers.
         sweeper = asyncio.create_task(housekeeping.every(

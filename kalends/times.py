@@ -730,15 +730,18 @@ def _with_offset(instant: datetime, offset: timedelta) -> str:
     return wall.isoformat() + _show_offset(offset)
 
 
+def _in_utc(instant: datetime) -> datetime:
+    # asyncpg's values are UTC already: most calls skip the conversion.
+    return instant if instant.tzinfo is UTC else instant.astimezone(UTC)
+
+
 def utc_text(instant: datetime) -> str:
     """The contract's timestamp: RFC 3339 in UTC, `Z`, whole seconds, and always a
     four-digit year (isoformat pads it; strftime's `%Y` does not on glibc)."""
-    if instant.tzinfo is not UTC:  # asyncpg's are UTC already: most calls skip this
-        instant = instant.astimezone(UTC)
-    return instant.replace(tzinfo=None, microsecond=0).isoformat() + "Z"
+    return _in_utc(instant).replace(tzinfo=None, microsecond=0).isoformat() + "Z"
 
 
 def compact_utc(instant: datetime) -> str:
     """`YYYYMMDDTHHMMSSZ` (RFC 5545's UTC form), the year padded as in `utc_text`."""
-    u = instant if instant.tzinfo is UTC else instant.astimezone(UTC)
+    u = _in_utc(instant)
     return f"{u.year:04d}{u.month:02d}{u.day:02d}T{u.hour:02d}{u.minute:02d}{u.second:02d}Z"

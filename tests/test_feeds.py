@@ -5,6 +5,7 @@ the agenda's own expansion, and through ETag and 304."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -178,6 +179,4 @@ async def test_only_public_live_profiles_have_a_feed(api: Api, live_server: Live
 
 
 def _json(body: bytes) -> Any:
-    import json
-
     return json.loads(body)
