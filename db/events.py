@@ -112,7 +112,7 @@ async def lock(tx: Tx, event_id: str) -> asyncpg.Record | None:
     capacity is checked against a count no one else is changing."""
     return await tx.fetchrow(
         """
-        SELECT id, status, enable_capacity_limit, capacity_limit, allow_waitlist,
+        SELECT id, profile_id, status, enable_capacity_limit, capacity_limit, allow_waitlist,
                allow_multiple_attendees
         FROM events WHERE id = $1 FOR UPDATE
         """,

@@ -8,7 +8,9 @@ from datetime import timedelta
 from db.database import Database
 from graph.dataloaders import Loaders
 from kalends.auth import Viewer
+from kalends.connected.vault import Vault
 from kalends.pagination import Cursors
+from kalends.webhooks import Render
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,11 @@ class Services:
     cursors: Cursors
     sync_interval: timedelta = timedelta(seconds=300)
     """Connected calendars' sync interval: the agenda's `sync_stale` threshold."""
+    vault: Vault | None = None
+    """Seals webhook secrets (and connected accounts')."""
+    webhook_allow_http: bool = False
+    webhook_render: Render | None = None
+    """Renders webhook payloads (kalends/webhook_payloads.py); set once built."""
 
 
 @dataclass
@@ -34,3 +41,14 @@ class Context:
     @property
     def db(self) -> Database:
         return self.services.db
+
+    @property
+    def render(self) -> Render:
+        """What a write passes to `kalends.webhooks.record`."""
+        assert self.services.webhook_render is not None, "built by create_app"
+        return self.services.webhook_render
+
+    @property
+    def vault(self) -> Vault:
+        assert self.services.vault is not None, "built by create_app"
+        return self.services.vault

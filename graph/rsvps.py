@@ -51,6 +51,13 @@ class RsvpQueries:
             Rsvp.from_row,
         )
 
+    @strawberry.field(description=(
+        "One RSVP of an event: the caller's own, or any for whoever administers the event."
+    ))
+    async def event_rsvp(self, info: Info, event_id: strawberry.ID,
+                         rsvp_id: strawberry.ID) -> Rsvp:
+        return Rsvp.from_row(await _rsvp(info.context, event_id, rsvp_id))
+
     @strawberry.field(description="Counts of an event's RSVPs.")
     async def event_rsvp_stats(self, info: Info, event_id: strawberry.ID) -> RsvpStats:
         ctx = info.context
@@ -70,7 +77,7 @@ class RsvpMutations:
         ctx = info.context
         data = parse_input(domain.RsvpCreate, input)
         event = await _event(ctx, event_id)
-        row, created = await domain.answer(ctx.db, ctx.viewer, event["id"], data)
+        row, created = await domain.answer(ctx.db, ctx.viewer, event["id"], data, ctx.render)
         return RsvpAnswer(rsvp=Rsvp.from_row(row), created=created)
 
     @strawberry.mutation(description="Change an RSVP: its attendee or the event's owner.")
@@ -79,13 +86,13 @@ class RsvpMutations:
         ctx = info.context
         data = parse_input(domain.RsvpUpdate, input)
         rsvp = await _rsvp(ctx, event_id, rsvp_id)
-        return Rsvp.from_row(await domain.change(ctx.db, rsvp, data))
+        return Rsvp.from_row(await domain.change(ctx.db, rsvp, data, ctx.render))
 
     @strawberry.mutation(description="Withdraw an RSVP: its attendee or the event's owner.")
     async def delete_event_rsvp(self, info: Info, event_id: strawberry.ID,
                                 rsvp_id: strawberry.ID) -> bool:
         ctx = info.context
-        await domain.withdraw(ctx.db, await _rsvp(ctx, event_id, rsvp_id))
+        await domain.withdraw(ctx.db, await _rsvp(ctx, event_id, rsvp_id), ctx.render)
         return True
 
     @strawberry.mutation(description="Change an event's RSVP settings (its administrators).")

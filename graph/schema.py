@@ -22,19 +22,20 @@ from graph.scalars import SCALARS
 from graph.search import SearchQueries
 from graph.series import SeriesMutations, SeriesQueries
 from graph.subscriptions import SubscriptionMutations, SubscriptionQueries
+from graph.webhooks import WebhookMutations, WebhookQueries
 from kalends.errors import ApiError
 
 
 @strawberry.type
 class Query(OrganizationQueries, ProfileQueries, EventQueries, SeriesQueries, RsvpQueries,
             FollowQueries, CalendarQueries, ExternalCalendarQueries, SubscriptionQueries,
-            AgendaQueries, SearchQueries):
+            AgendaQueries, SearchQueries, WebhookQueries):
     pass
 
 
 @strawberry.type
 class Mutation(ProfileMutations, EventMutations, SeriesMutations, RsvpMutations,
-               FollowMutations, CalendarMutations, SubscriptionMutations):
+               FollowMutations, CalendarMutations, SubscriptionMutations, WebhookMutations):
     pass
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 
@@ -15,8 +16,8 @@ from db.database import Database
 from graph.context import Services
 from graph.http import KalendsGraphQLView
 from graph.schema import schema
-from kalends import config, housekeeping, jobs, metrics, registry
-from kalends.connected.engine import connected_jobs
+from kalends import config, housekeeping, jobs, metrics, registry, webhook_payloads
+from kalends.connected.engine import connected_jobs, open_vault
 from kalends.draining import Drain
 from kalends.errors import ApiError
 from kalends.job_handlers import all_handlers
@@ -48,8 +49,12 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     async def services(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(dsn, max_size=pool_size)
         cursor_secret = await secrets.get(db, "cursor")
-        app[SERVICES] = Services(db=db, cursors=Cursors(cursor_secret),
-                                 sync_interval=settings.sync_interval)
+        services = Services(db=db, cursors=Cursors(cursor_secret),
+                            sync_interval=settings.sync_interval,
+                            vault=open_vault(settings),
+                            webhook_allow_http=settings.webhook_allow_http)
+        app[SERVICES] = dataclasses.replace(
+            services, webhook_render=webhook_payloads.renderer(services, schema._schema))
         # Keep the rate-limit table as small as the set of recently active callers.
         sweeper = asyncio.create_task(housekeeping.every(
             600, "prune rate-limit buckets", lambda: ratelimits.forget_idle(db)))

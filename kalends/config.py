@@ -74,6 +74,14 @@ class Settings:
     the server offers it) or smtps://... (TLS from the start); None: none is sent."""
     mail_from: str = "kalends@localhost"
     """The address attendee e-mail comes from, and its iCalendar ORGANIZER."""
+    webhook_allow_http: bool = False
+    """Accept http webhook URLs to loopback hosts (local development and tests)."""
+    webhook_retry_schedule: tuple[timedelta, ...] = tuple(
+        timedelta(seconds=s) for s in (0, 5, 300, 1800, 7200, 18000, 36000, 36000))
+    """Standard Webhooks': each delay follows the failure of the attempt before;
+    after the last attempt fails the endpoint is disabled."""
+    webhook_timeout: timedelta = timedelta(seconds=15)
+    """Per delivery attempt: connecting, sending, and the status line."""
 
 
 DEFAULTS = Settings()
@@ -106,6 +114,12 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
                                              DEFAULTS.oauth_allow_loopback_clients),
         smtp_url=_smtp_url(env, "KALENDS_SMTP_URL"),
         mail_from=_address(env, "KALENDS_MAIL_FROM", DEFAULTS.mail_from),
+        webhook_allow_http=_switch(env, "KALENDS_WEBHOOK_ALLOW_HTTP",
+                                   DEFAULTS.webhook_allow_http),
+        webhook_retry_schedule=_schedule(env, "KALENDS_WEBHOOK_RETRY_SCHEDULE",
+                                         DEFAULTS.webhook_retry_schedule),
+        webhook_timeout=_seconds(env, "KALENDS_WEBHOOK_TIMEOUT_SECONDS",
+                                 DEFAULTS.webhook_timeout),
     )
 
 
@@ -222,6 +236,20 @@ def _seconds(env: Mapping[str, str], name: str, default: timedelta) -> timedelta
     if not 0 < seconds <= 86400:
         raise _invalid(name, value, "a number of seconds, more than 0 and at most 86400")
     return timedelta(seconds=seconds)
+
+
+def _schedule(env: Mapping[str, str], name: str, default: tuple[timedelta, ...]
+              ) -> tuple[timedelta, ...]:
+    value = env.get(name)
+    if value is None or not value.strip():
+        return default
+    try:
+        delays = [float(part) for part in value.split(",")]
+    except ValueError:
+        delays = []
+    if not 1 <= len(delays) <= 50 or not all(0 <= d <= 7 * 86400 for d in delays):
+        raise _invalid(name, value, "1 to 50 comma-separated delays in seconds, each 0 to 604800")
+    return tuple(timedelta(seconds=d) for d in delays)
 
 
 def _drain(env: Mapping[str, str], name: str) -> float:

@@ -15,7 +15,7 @@ from pydantic import Field, StringConstraints
 
 from db import events as store
 from db.database import Database, Tx
-from kalends import attendee_mail, ids, profiles, recurrence, sync, times
+from kalends import attendee_mail, ids, profiles, recurrence, sync, times, webhooks
 from kalends.auth import Viewer
 from kalends.errors import ApiError, conflict, not_found
 from kalends.profiles import Description
@@ -182,7 +182,7 @@ _AS_SENT = ("title", "description", "location", "image_url", "is_private", "requ
 
 
 async def create(
-    db: Database, profile: asyncpg.Record, data: ProfileEventCreate
+    db: Database, profile: asyncpg.Record, data: ProfileEventCreate, render: webhooks.Render
 ) -> str:
     fields = data.model_dump(exclude_unset=True)
     values: dict[str, Any] = {k: fields[k] for k in _AS_SENT if k in fields}
@@ -191,8 +191,9 @@ async def create(
     if "slug" in fields:
         _check_slug(fields["slug"])
         try:
-            await _saved(db, event_id, lambda tx: store.insert(
-                tx, event_id, profile["id"], {**values, "slug": fields["slug"]}))
+            await _saved(db, profile["id"], event_id, lambda tx: store.insert(
+                tx, event_id, profile["id"], {**values, "slug": fields["slug"]}),
+                render, "event.created")
         except asyncpg.UniqueViolationError:
             raise _slug_taken(fields["slug"]) from None
         return event_id
@@ -211,7 +212,7 @@ async def create(
                     n += 1
                     slug = f"{base}-{n}"
                 await store.insert(tx, event_id, profile["id"], {**values, "slug": slug})
-                await sync.event_changed(tx, event_id)
+                await _changed(tx, profile["id"], event_id, render, "event.created")
             return event_id
         except asyncpg.UniqueViolationError:
             continue
@@ -223,7 +224,8 @@ def _slug_taken(slug: str) -> ApiError:
                     param="slug")
 
 
-async def update(db: Database, row: asyncpg.Record, data: EventUpdate) -> None:
+async def update(db: Database, row: asyncpg.Record, data: EventUpdate,
+                 render: webhooks.Render) -> None:
     _check_open(row)
     changes = data.model_dump(exclude_unset=True)
     values: dict[str, Any] = {k: changes[k] for k in _AS_SENT if k in changes}
@@ -232,12 +234,14 @@ async def update(db: Database, row: asyncpg.Record, data: EventUpdate) -> None:
         _check_slug(changes["slug"])
         values["slug"] = changes["slug"]
     try:
-        await _saved(db, row["id"], lambda tx: store.update(tx, row["id"], values))
+        await _saved(db, row["profile_id"], row["id"],
+                     lambda tx: store.update(tx, row["id"], values), render, "event.updated")
     except asyncpg.UniqueViolationError:
         raise _slug_taken(changes["slug"]) from None
 
 
-async def cancel(db: Database, row: asyncpg.Record, data: EventCancel) -> None:
+async def cancel(db: Database, row: asyncpg.Record, data: EventCancel,
+                 render: webhooks.Render) -> None:
     """RSVPs stay, so attendees can be told."""
     _check_open(row)
 
@@ -247,10 +251,11 @@ async def cancel(db: Database, row: asyncpg.Record, data: EventCancel) -> None:
             "cancellation_reason": data.reason,
         })
         await attendee_mail.queue(tx, row)
-    await _saved(db, row["id"], write)
+    await _saved(db, row["profile_id"], row["id"], write, render, "event.cancelled")
 
 
-async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule) -> None:
+async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule,
+                     render: webhooks.Render) -> None:
     """A new time, allowed on a cancelled event too: it reopens it."""
     t = times.resolve_reschedule(times.of_row(row), data.model_dump(exclude_unset=True))
     times.check_rule(row["recurrence_rule"], t)
@@ -261,15 +266,31 @@ async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule) -
             "cancellation_reason": None, "is_rescheduled": True,
         })
         await attendee_mail.queue(tx, row)
-    await _saved(db, row["id"], write)
+    await _saved(db, row["profile_id"], row["id"], write, render, "event.rescheduled")
 
 
-async def delete(db: Database, row: asyncpg.Record) -> None:
-    await _saved(db, row["id"], lambda tx: store.delete(tx, row["id"]))
+async def delete(db: Database, row: asyncpg.Record, render: webhooks.Render) -> None:
+    await _saved(db, row["profile_id"], row["id"], lambda tx: store.delete(tx, row["id"]),
+                 render, "event.deleted")
 
 
-async def _saved(db: Database, event_id: str, write: Callable[[Tx], Awaitable[None]]) -> None:
-    """Write, and in the same transaction queue the sync of subscribers' copies."""
+async def _saved(db: Database, profile_id: str, event_id: str,
+                 write: Callable[[Tx], Awaitable[None]], render: webhooks.Render,
+                 event_type: webhooks.EventType) -> None:
+    """Write, and in the same transaction queue what follows from the change."""
     async with db.transaction() as tx:
+        if event_type == "event.deleted":  # the payload is the event as it was
+            await webhooks.record(tx, render, event_type, profile_id, "event",
+                                  {"event_id": event_id})
+            await write(tx)
+            await sync.event_changed(tx, event_id)
+            return
         await write(tx)
-        await sync.event_changed(tx, event_id)
+        await _changed(tx, profile_id, event_id, render, event_type)
+
+
+async def _changed(tx: Tx, profile_id: str, event_id: str, render: webhooks.Render,
+                   event_type: webhooks.EventType) -> None:
+    """Subscribers' copies are synced, and webhooks told."""
+    await sync.event_changed(tx, event_id)
+    await webhooks.record(tx, render, event_type, profile_id, "event", {"event_id": event_id})

@@ -19,6 +19,9 @@ PREFIXES = {
     "organization": "org",
     "external_calendar": "xcal",
     "external_calendar_event": "xcev",
+    "webhook_endpoint": "whe",
+    # A webhook message: its `webhook-id` header (Standard Webhooks' msg_ IDs).
+    "webhook_message": "msg",
     # Internal only: never accepted or shown by the public API.
     "user": "usr",
     "api_key": "key",

@@ -38,6 +38,14 @@ async def enqueue(tx: Tx, entrypoint: str, payload: dict[str, Any],
     await queries.enqueue(entrypoint, orjson.dumps(payload), execute_after=after)
 
 
+async def enqueue_many(tx: Tx, entrypoint: str, payloads: list[dict[str, Any]]) -> None:
+    """Queue several jobs of one entrypoint in one statement."""
+    if payloads:
+        queries = Queries.from_asyncpg_connection(tx.connection)
+        await queries.enqueue([entrypoint] * len(payloads), [orjson.dumps(p) for p in payloads],
+                              [0] * len(payloads))
+
+
 def _retrying(parameters: EntrypointExecutorParameters) -> AbstractEntrypointExecutor:
     # A failed job (a lost connection, a deadlock) is retried with back-off;
     # after the last attempt it is held as failed, not deleted, for an operator.

@@ -161,7 +161,8 @@ def guarded_session(*, allow_loopback: bool = False, timeout: float = 5.0) -> ai
     )
 
 
-def _check_url(url: str, *, allow_http: bool) -> URL:
+def check_url(url: str, *, allow_http: bool) -> URL:
+    """The URL to request: https, or http to a loopback host when `allow_http`."""
     try:
         parsed = URL(url)
     except (TypeError, ValueError) as exc:
@@ -203,7 +204,7 @@ async def fetch_json(session: aiohttp.ClientSession, url: str, *, max_bytes: int
     Returns the parsed document and the response headers. Every failure is an
     `OutboundError` (`Refused` when the destination is not public).
     """
-    target = _check_url(url, allow_http=allow_http)
+    target = check_url(url, allow_http=allow_http)
     try:
         async with session.get(target, allow_redirects=False,
                                headers={"Accept": "application/json"}) as response:

@@ -15,7 +15,7 @@ from pydantic import Field, StringConstraints
 from db import events as event_store
 from db import rsvps as store
 from db.database import Database, Tx
-from kalends import ids
+from kalends import ids, webhooks
 from kalends.auth import Viewer
 from kalends.errors import ApiError, not_found
 from kalends.profiles import administers
@@ -72,8 +72,8 @@ def check_manageable(rsvp: asyncpg.Record | None, event: asyncpg.Record, viewer:
     return rsvp
 
 
-async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate
-                 ) -> tuple[asyncpg.Record, bool]:
+async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate,
+                 render: webhooks.Render) -> tuple[asyncpg.Record, bool]:
     """Create or replace the caller's RSVP; returns it and whether it is new."""
     async with db.transaction() as tx:
         event = await _lock(tx, event_id)
@@ -82,12 +82,15 @@ async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate
         values = data.model_dump()
         values["status"] = status
         if existing is None:
-            return await store.insert(tx, ids.new_id("rsvp"), event_id, viewer.user_id,
-                                      values), True
-        return await store.update(tx, existing["id"], values), False
+            row = await store.insert(tx, ids.new_id("rsvp"), event_id, viewer.user_id, values)
+        else:
+            row = await store.update(tx, existing["id"], values)
+        await _record(tx, render, "rsvp.updated" if existing else "rsvp.created", event, row)
+        return row, existing is None
 
 
-async def change(db: Database, rsvp: asyncpg.Record, data: RsvpUpdate) -> asyncpg.Record:
+async def change(db: Database, rsvp: asyncpg.Record, data: RsvpUpdate,
+                 render: webhooks.Render) -> asyncpg.Record:
     changes = data.model_dump(exclude_unset=True)
     if not changes:
         return rsvp
@@ -100,11 +103,22 @@ async def change(db: Database, rsvp: asyncpg.Record, data: RsvpUpdate) -> asyncp
             tx, event, changes.get("status", current["status"]),
             changes.get("num_guests", current["num_guests"]), current,
         )
-        return await store.update(tx, current["id"], changes)
+        row = await store.update(tx, current["id"], changes)
+        await _record(tx, render, "rsvp.updated", event, row)
+        return row
 
 
-async def withdraw(db: Database, rsvp: asyncpg.Record) -> None:
-    await store.delete(db, rsvp["id"])
+async def withdraw(db: Database, rsvp: asyncpg.Record, render: webhooks.Render) -> None:
+    async with db.transaction() as tx:
+        event = await _lock(tx, rsvp["event_id"])
+        await _record(tx, render, "rsvp.deleted", event, rsvp)  # as it was
+        await store.delete(tx, rsvp["id"])
+
+
+async def _record(tx: Tx, render: webhooks.Render, event_type: webhooks.EventType,
+                  event: asyncpg.Record, rsvp: asyncpg.Record) -> None:
+    await webhooks.record(tx, render, event_type, event["profile_id"], "rsvp",
+                          {"event_id": event["id"], "rsvp_id": rsvp["id"]})
 
 
 async def _lock(tx: Tx, event_id: str) -> asyncpg.Record:

@@ -2,9 +2,9 @@
 
 from kalends.operations import (  # noqa: I001
     agenda, calendars, events, external_calendars, follows, organizations, profiles, rsvps,
-    search, series, subscriptions,
+    search, series, subscriptions, webhooks,
 )
 
 __all__ = ["agenda", "calendars", "events", "external_calendars",
            "follows", "organizations", "profiles", "rsvps",
-           "search", "series", "subscriptions"]
+           "search", "series", "subscriptions", "webhooks"]

@@ -5,7 +5,7 @@ from kalends.rsvps import RsvpCreate, RsvpSettingsUpdate, RsvpUpdate
 
 RSVP_ID = path_id("rsvp_id", "rsvp", "RSVP")
 
-_FIELDS = """
+RSVP_FIELDS = """
 fragment RsvpFields on Rsvp {
   id event_id attendee_email attendee_first_name attendee_last_name status rsvp_type
   num_guests created_at updated_at
@@ -26,7 +26,7 @@ register(
             data {{ ...RsvpFields }} has_more next_cursor
           }}
         }}
-        {_FIELDS}""",
+        {RSVP_FIELDS}""",
         result="event_rsvps",
         mcp=Mcp(
             title="List an event's RSVPs",
@@ -57,7 +57,7 @@ register(
             rsvp {{ ...RsvpFields }} created
           }}
         }}
-        {_FIELDS}""",
+        {RSVP_FIELDS}""",
         result="create_event_rsvp.rsvp",
         mcp=Mcp(
             title="RSVP to an event",
@@ -84,7 +84,7 @@ register(
             ...RsvpFields
           }}
         }}
-        {_FIELDS}""",
+        {RSVP_FIELDS}""",
         result="update_event_rsvp",
         mcp=Mcp(
             title="Update an RSVP",

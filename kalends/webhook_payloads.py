@@ -1,0 +1,66 @@
+"""The `data` of a webhook message: the resource as REST shows it to the
+profile's owner, read inside the transaction of the change.
+
+An event is the registry's own `getEvent`, run as the owner. An RSVP has no REST
+read of its own; its document selects the fragment every RSVP operation returns.
+Both run as compiled plans, like any registry call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+from typing import Any, cast
+
+from graphql import GraphQLSchema, parse, validate
+
+from db.database import Database, Tx
+from graph.context import Context, Services
+from graph.plan import Plan, compile_operation
+from kalends import registry
+from kalends.auth import Viewer
+from kalends.errors import ApiError, internal_error
+from kalends.operations.rsvps import RSVP_FIELDS
+from kalends.webhooks import Kind, Render
+
+_RSVP = """
+query webhookRsvp($event_id: ID!, $rsvp_id: ID!) {
+  event_rsvp(event_id: $event_id, rsvp_id: $rsvp_id) { ...RsvpFields }
+}
+""" + RSVP_FIELDS
+
+
+@cache
+def _rsvp_plan(schema: GraphQLSchema) -> Plan:
+    document = parse(_RSVP)
+    errors = validate(schema, document)
+    if errors:
+        raise RuntimeError(f"webhookRsvp: {errors[0].message}")
+    return compile_operation(schema, document)
+
+
+def renderer(services: Services, schema: GraphQLSchema) -> Render:
+    """Checks its documents now, so a broken one stops the start."""
+    rsvp_plan = _rsvp_plan(schema)
+    get_event = registry.OPERATIONS["getEvent"]
+
+    async def render(tx: Tx, owner_user_id: str, kind: Kind, variables: dict[str, str]
+                     ) -> dict[str, Any]:
+        # Reads only, so the transaction serves where the pool would: they see
+        # the change being made, and a deleted resource as it was just before.
+        ctx = Context(dataclasses.replace(services, db=cast(Database, tx)),
+                      Viewer(user_id=owner_user_id, consumer="webhooks", email="",
+                             timezone=None),
+                      request_id="webhook")
+        if kind == "event":
+            body, _ = await registry.run(
+                get_event, registry.bind(get_event, variables, {}, None), ctx)
+            return cast(dict[str, Any], body)
+        result = await rsvp_plan.execute(ctx, variables)
+        if result.errors:
+            original = result.errors[0].original_error
+            raise original if isinstance(original, ApiError) else internal_error()
+        assert result.data is not None
+        return cast(dict[str, Any], result.data["event_rsvp"])
+
+    return render

@@ -1,0 +1,179 @@
+"""Webhooks (contract §11): endpoints, their secrets, and the outbox.
+
+A profile's administrators register endpoints. A change to one of the profile's
+events or RSVPs is recorded by `record`, in the transaction of the change: one
+message holding the exact body to send (the resource as REST shows it to the
+profile's owner) and one queued delivery per active endpoint that wants its
+type, plus a job per endpoint. Delivery is `kalends.webhook_delivery`'s.
+
+Messages follow Standard Webhooks: `webhook-id` (the message ID, the same on
+every retry, for receivers to drop duplicates), `webhook-timestamp`, and
+`webhook-signature`, `v1,` + base64 HMAC-SHA256 of `id.timestamp.body` keyed
+with the base64 part of a `whsec_` secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal, get_args
+
+import asyncpg
+import orjson
+from pydantic import Field
+from yarl import URL
+
+from db import webhooks as store
+from db.database import Database, Tx
+from kalends import ids, jobs
+from kalends.connected.vault import Vault
+from kalends.errors import ApiError
+from kalends.outbound import is_allowed_address, is_loopback_host
+from kalends.times import utc_text
+from kalends.validation import Body, Url
+
+EventType = Literal[
+    "event.created", "event.updated", "event.cancelled", "event.rescheduled", "event.deleted",
+    "rsvp.created", "rsvp.updated", "rsvp.deleted",
+]
+EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
+ENTRYPOINT = "webhook_delivery"
+SECRET_PREFIX = "whsec_"
+ROTATION_OVERLAP = timedelta(hours=24)
+
+Kind = Literal["event", "rsvp"]
+Render = Callable[[Tx, str, Kind, dict[str, str]], Awaitable[dict[str, Any]]]
+"""(transaction, owner's user ID, kind, the read's variables) -> the resource as
+REST shows it to that user, read inside the transaction."""
+
+EventTypes = Annotated[
+    list[EventType],
+    Field(min_length=1, max_length=len(EVENT_TYPES),
+          description="The event types to receive; each at most once."),
+]
+
+
+class WebhookEndpointUpdate(Body):
+    url: Url = Field(default=None)  # type: ignore[assignment]
+    event_types: EventTypes = Field(default=None)  # type: ignore[arg-type]
+    is_active: bool = Field(
+        default=None,  # type: ignore[assignment]
+        description=("false stops delivery: changes meanwhile are not sent, queued messages "
+                     "wait; true resumes, oldest queued message first."))
+
+
+class WebhookEndpointCreate(WebhookEndpointUpdate):
+    """A new endpoint; it receives every event type unless `event_types` narrows them."""
+
+    url: Url
+    event_types: EventTypes = Field(default_factory=lambda: list(EVENT_TYPES))
+    is_active: bool = True
+
+
+# ---------------------------------------------------------------------------
+# Rules
+
+
+def check_url(url: str, *, allow_http: bool) -> None:
+    """https, or http to a loopback host when the operator allows it; an IP
+    literal must be public. Names are checked again, resolved, at each delivery."""
+    parsed = URL(url)
+    host = parsed.raw_host or ""
+    if parsed.scheme == "http":
+        if not (allow_http and is_loopback_host(host)):
+            raise _bad_url(url, "must be an https URL" + (
+                " (http only to a loopback host)" if allow_http else ""))
+        return
+    if (":" in host or host.replace(".", "").isdigit()) and not is_allowed_address(
+            host, allow_loopback=allow_http):
+        raise _bad_url(url, "must not point to a private, loopback or link-local address")
+
+
+def _bad_url(url: str, why: str) -> ApiError:
+    return ApiError("invalid_field", f"`url` {why}.", param="url", details={"value": url})
+
+
+def _check_types(types: Sequence[str]) -> None:
+    seen = set()
+    for t in types:
+        if t in seen:
+            raise ApiError("invalid_field", f"`event_types` lists `{t}` twice.",
+                           param="event_types", details={"value": types})
+        seen.add(t)
+
+
+# ---------------------------------------------------------------------------
+# Secrets and signatures
+
+
+def new_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def sign(secret: str, message_id: str, timestamp: int, body: str) -> str:
+    key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+    mac = hmac.new(key, f"{message_id}.{timestamp}.{body}".encode(), hashlib.sha256)
+    return "v1," + base64.b64encode(mac.digest()).decode()
+
+
+# ---------------------------------------------------------------------------
+# Endpoint writes
+
+
+async def create(db: Database, vault: Vault, profile: asyncpg.Record,
+                 data: WebhookEndpointCreate, *, allow_http: bool) -> tuple[str, str]:
+    """Returns the endpoint's ID and its secret, which is shown this once."""
+    check_url(data.url, allow_http=allow_http)
+    _check_types(data.event_types)
+    endpoint_id = ids.new_id("whe")
+    secret = new_secret()
+    await store.insert(db, endpoint_id, profile["id"], data.model_dump(), vault.seal(secret))
+    return endpoint_id, secret
+
+
+async def update(db: Database, row: asyncpg.Record, data: WebhookEndpointUpdate, *,
+                 allow_http: bool) -> None:
+    changes = data.model_dump(exclude_unset=True)
+    if "url" in changes:
+        check_url(changes["url"], allow_http=allow_http)
+    if "event_types" in changes:
+        _check_types(changes["event_types"])
+    async with db.transaction() as tx:
+        await store.update(tx, row["id"], changes)
+        if changes.get("is_active"):
+            await jobs.enqueue(tx, ENTRYPOINT, {"endpoint_id": row["id"]})
+
+
+async def delete(db: Database, row: asyncpg.Record) -> None:
+    await store.delete(db, row["id"])
+
+
+async def rotate(db: Database, vault: Vault, row: asyncpg.Record) -> str:
+    """A new secret; the one it replaces still signs for `ROTATION_OVERLAP`."""
+    secret = new_secret()
+    await store.rotate(db, row["id"], vault.seal(secret), ROTATION_OVERLAP)
+    return secret
+
+
+# ---------------------------------------------------------------------------
+# The outbox
+
+
+async def record(tx: Tx, render: Render, event_type: EventType, profile_id: str,
+                 kind: Kind, variables: dict[str, str]) -> None:
+    """In the transaction of a change: queue a message for each endpoint that
+    wants it. Nothing is read or rendered for a profile without one."""
+    endpoints = await store.subscribed(tx, profile_id, event_type)
+    if not endpoints:
+        return
+    data = await render(tx, endpoints[0]["owner_user_id"], kind, variables)
+    body = orjson.dumps({
+        "type": event_type, "timestamp": utc_text(datetime.now(UTC)), "data": data,
+    }).decode()
+    endpoint_ids = [e["id"] for e in endpoints]
+    await store.add_message(tx, ids.new_id("msg"), profile_id, event_type, body, endpoint_ids)
+    await jobs.enqueue_many(tx, ENTRYPOINT, [{"endpoint_id": e} for e in endpoint_ids])

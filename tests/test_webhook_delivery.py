@@ -1,0 +1,459 @@
+"""Webhook delivery (contract §11): a real receiver on loopback checks every
+message with the `standardwebhooks` package, an independent implementation of
+the signature scheme.
+
+The service under test has a database of its own, so no other test's worker
+takes its jobs, http to loopback allowed, and a retry schedule of fractions of
+a second in place of Standard Webhooks' hours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+from aiohttp import web
+from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
+from standardwebhooks import Webhook, WebhookVerificationError
+
+from kalends import config
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEDULE = (0.0, 0.3, 0.3, 0.3, 0.3)
+TIMEOUT = 2.0
+SECRET_KEY = "webhook-tests-" + "k" * 40
+
+
+@dataclass
+class Delivery:
+    path: str
+    headers: dict[str, str]
+    body: str
+    at: float
+    status: int
+
+
+@dataclass
+class Receiver:
+    """Answers 200, unless `script` says otherwise for the next requests: a status,
+    a (status, headers) pair, ("sleep", seconds) or ("hang", None)."""
+
+    url: str = ""
+    got: list[Delivery] = field(default_factory=list)
+    script: list[Any] = field(default_factory=list)
+    hanging: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = (await request.read()).decode()
+        step = self.script.pop(0) if self.script else 200
+        status, headers = (step if isinstance(step, tuple) and isinstance(step[0], int)
+                           else (step, {}))
+        if step == ("hang", None):
+            self.hanging.set()
+            await asyncio.sleep(3600)
+        at = time.monotonic()
+        if isinstance(step, tuple) and step[0] == "sleep":
+            # Recorded as 0: the answer comes after the sender has given up.
+            self.got.append(Delivery(request.path, dict(request.headers), body, at, 0))
+            await asyncio.sleep(step[1])
+            return web.Response(status=200)
+        self.got.append(Delivery(request.path, dict(request.headers), body, at, status))
+        return web.Response(status=status, headers=headers)
+
+    def ok(self) -> list[Delivery]:
+        return [d for d in self.got if d.status == 200]
+
+    async def wait_ok(self, count: int, seconds: float = 30) -> list[Delivery]:
+        deadline = time.monotonic() + seconds
+        while len(self.ok()) < count:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{len(self.ok())} of {count} deliveries after {seconds} s: "
+                            f"{[(d.status, d.path) for d in self.got]}")
+            await asyncio.sleep(0.02)
+        return self.ok()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    rec = Receiver()
+    app = web.Application()
+    app.router.add_route("POST", "/{tail:.*}", rec.handle)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    rec.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    yield rec
+    await runner.cleanup()
+
+
+def _settings() -> config.Settings:
+    return replace(
+        config.load(), webhook_allow_http=True, secret_key=SECRET_KEY,
+        webhook_retry_schedule=tuple(timedelta(seconds=s) for s in SCHEDULE),
+        webhook_timeout=timedelta(seconds=TIMEOUT), job_heartbeat=timedelta(seconds=1),
+    )
+
+
+@pytest.fixture(scope="module")
+def hooks_dsn(database_url: str) -> Iterator[str]:
+    with migrated_database(database_url, "kalends_hooks") as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def hooks(hooks_dsn: str) -> Iterator[LiveServer]:
+    server = LiveServer(hooks_dsn, settings=_settings())
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+async def hapi(hooks: LiveServer) -> AsyncIterator[Api]:
+    async with aiohttp.ClientSession() as session:
+        yield Api(session, hooks.url)
+
+
+async def _endpoint(api: Api, owner: User, profile: dict[str, Any], url: str,
+                    **fields: Any) -> dict[str, Any]:
+    status, body, _ = await api.post(f"/v1/profiles/{profile['id']}/webhook-endpoints", owner,
+                                     json={"url": url, **fields})
+    assert status == 201, body
+    assert body["secret"].startswith("whsec_")
+    return dict(body)
+
+
+def _verified(secret: str, delivery: Delivery) -> dict[str, Any]:
+    payload = Webhook(secret).verify(delivery.body, delivery.headers)
+    assert isinstance(payload, dict)
+    return payload
+
+
+async def _setup(api: Api, live: LiveServer, url: str, **fields: Any
+                 ) -> tuple[User, dict[str, Any], dict[str, Any]]:
+    owner = await asyncio.to_thread(live.create_user)
+    profile = await new_profile(api, owner)
+    endpoint = await _endpoint(api, owner, profile, url, **fields)
+    return owner, profile, endpoint
+
+
+async def test_every_change_arrives_signed_in_order_with_the_resource_as_rest_shows_it(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/hook")
+    fan = await asyncio.to_thread(hooks.create_user)
+    expected: list[tuple[str, Any]] = []
+
+    created = await new_event(hapi, owner, profile, title="Recital")
+    expected.append(("event.created", created))
+    event_path = f"/v1/events/{created['id']}"
+    status, updated, _ = await hapi.patch(event_path, owner, json={"title": "Piano recital"})
+    assert status == 200
+    expected.append(("event.updated", updated))
+    status, cancelled, _ = await hapi.post(event_path + "/cancel", owner,
+                                           json={"reason": "Ill"})
+    assert status == 200
+    expected.append(("event.cancelled", cancelled))
+    status, moved, _ = await hapi.post(event_path + "/reschedule", owner, json={
+        "start_time": "2031-06-01T20:00", "start_timezone": "Europe/Paris"})
+    assert status == 200
+    expected.append(("event.rescheduled", moved))
+    status, answer, _ = await hapi.post(event_path + "/rsvps", fan, json={
+        "status": "going", "attendee_email": "fan@example.com"})
+    assert status == 201
+    rsvp = answer
+    expected.append(("rsvp.created", rsvp))
+    status, changed, _ = await hapi.patch(f"{event_path}/rsvps/{rsvp['id']}", fan,
+                                          json={"status": "maybe"})
+    assert status == 200
+    expected.append(("rsvp.updated", changed))
+    status, _, _ = await hapi.delete(f"{event_path}/rsvps/{rsvp['id']}", fan)
+    assert status == 204
+    expected.append(("rsvp.deleted", changed))
+    status, last, _ = await hapi.get(event_path, owner)
+    assert status == 200 and last == moved
+    status, _, _ = await hapi.delete(event_path, owner)
+    assert status == 204
+    expected.append(("event.deleted", last))
+
+    got = await receiver.wait_ok(len(expected))
+    await asyncio.sleep(0.5)
+    assert len(receiver.got) == len(expected), "one attempt each, nothing extra"
+    payloads = [_verified(endpoint["secret"], d) for d in got]
+    assert [(p["type"], p["data"]) for p in payloads] == expected
+    for delivery, payload in zip(got, payloads, strict=True):
+        assert delivery.path == "/hook"
+        assert delivery.headers["Content-Type"] == "application/json"
+        assert delivery.headers["webhook-id"].startswith("msg_")
+        assert set(payload) == {"type", "timestamp", "data"}
+        assert payload["timestamp"].endswith("Z")
+    assert len({d.headers["webhook-id"] for d in got}) == len(expected)
+    # A body signed with another secret, or altered, does not verify.
+    with pytest.raises(WebhookVerificationError):
+        Webhook("whsec_" + "A" * 43 + "=").verify(got[0].body, got[0].headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(endpoint["secret"]).verify(got[0].body.replace("Recital", "Recitak"),
+                                           got[0].headers)
+
+
+async def test_an_endpoint_gets_only_its_types_and_its_profiles_changes(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/rsvps-only",
+                                            event_types=["rsvp.created"])
+    other = await new_profile(hapi, owner)
+    await _endpoint(hapi, owner, other, receiver.url + "/other", event_types=["event.updated"])
+    event = await new_event(hapi, owner, profile)
+    await hapi.patch(f"/v1/events/{event['id']}", owner, json={"title": "Renamed"})
+    status, _, _ = await hapi.post(f"/v1/events/{event['id']}/rsvps", owner,
+                                   json={"status": "going"})
+    assert status == 201
+    [only] = await receiver.wait_ok(1)
+    await asyncio.sleep(0.5)
+    assert len(receiver.got) == 1
+    assert only.path == "/rsvps-only"
+    assert _verified(endpoint["secret"], only)["type"] == "rsvp.created"
+
+
+async def test_a_failing_receiver_gets_every_message_in_order_once_it_recovers(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    # 500, a timeout, 503 asking for 2 s, then all well.
+    receiver.script = [500, ("sleep", TIMEOUT + 1), (503, {"Retry-After": "2"})]
+    owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/flaky")
+    titles = [f"Talk {i}" for i in range(4)]
+    for title in titles:
+        await new_event(hapi, owner, profile, title=title)
+
+    got = await receiver.wait_ok(4)
+    payloads = [_verified(endpoint["secret"], d) for d in got]
+    assert [p["data"]["title"] for p in payloads] == titles
+    # The first message took four attempts, all with one webhook-id; the rest
+    # waited behind it and went once each.
+    first_id = got[0].headers["webhook-id"]
+    ids = [d.headers["webhook-id"] for d in receiver.got]
+    assert ids[:4] == [first_id] * 4
+    assert len(ids) == 7 and len(set(ids)) == 4
+    assert [d.status for d in receiver.got[:4]] == [500, 0, 503, 200]
+    # Retry-After (2 s) outweighed the schedule's 0.3 s.
+    assert receiver.got[3].at - receiver.got[2].at >= 1.9
+    # The attempt that outlived the timeout counts as failed, and was sent again.
+    async with hooks_conn(hooks) as conn:
+        row = await conn.fetchrow(
+            "SELECT attempts, state FROM webhook_deliveries WHERE message_id = $1", first_id)
+    assert (row["attempts"], row["state"]) == (4, "delivered")
+
+
+@asynccontextmanager
+async def hooks_conn(live: LiveServer) -> AsyncIterator[asyncpg.Connection]:
+    assert live.db.dsn is not None
+    conn = await asyncpg.connect(live.db.dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def _endpoint_row(live: LiveServer, endpoint_id: str) -> asyncpg.Record:
+    async with hooks_conn(live) as conn:
+        row = await conn.fetchrow("SELECT * FROM webhook_endpoints WHERE id = $1", endpoint_id)
+    assert row is not None
+    return row
+
+
+async def _wait_disabled(api: Api, owner: User, endpoint_id: str, seconds: float = 20
+                         ) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while True:
+        status, body, _ = await api.get(f"/v1/webhook-endpoints/{endpoint_id}", owner)
+        assert status == 200
+        if not body["is_active"]:
+            return dict(body)
+        if time.monotonic() > deadline:
+            pytest.fail(f"endpoint still active after {seconds} s")
+        await asyncio.sleep(0.05)
+
+
+async def test_410_disables_the_endpoint_and_enabling_it_resumes_the_queue(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    receiver.script = [410]
+    owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/gone")
+    await new_event(hapi, owner, profile, title="First")
+    disabled = await _wait_disabled(hapi, owner, endpoint["id"])
+    assert "410" in disabled["disabled_reason"]
+    assert len(receiver.got) == 1
+
+    # While disabled, changes are not queued for it; the message that met 410 waits.
+    await new_event(hapi, owner, profile, title="Unsent")
+    await asyncio.sleep(0.5)
+    assert len(receiver.got) == 1
+
+    status, body, _ = await hapi.patch(f"/v1/webhook-endpoints/{endpoint['id']}", owner,
+                                       json={"is_active": True})
+    assert status == 200 and body["is_active"] and body["disabled_reason"] is None
+    [again] = await receiver.wait_ok(1)
+    assert _verified(endpoint["secret"], again)["data"]["title"] == "First"
+    assert again.headers["webhook-id"] == receiver.got[0].headers["webhook-id"]
+    await new_event(hapi, owner, profile, title="Third")
+    got = await receiver.wait_ok(2)
+    assert _verified(endpoint["secret"], got[1])["data"]["title"] == "Third"
+
+
+async def test_an_endpoint_that_keeps_failing_is_disabled_with_its_reason(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    receiver.script = [500] * len(SCHEDULE)
+    owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/down")
+    await new_event(hapi, owner, profile, title="Lost?")
+    disabled = await _wait_disabled(hapi, owner, endpoint["id"])
+    assert len(receiver.got) == len(SCHEDULE)
+    reason = disabled["disabled_reason"]
+    assert f"{len(SCHEDULE)} attempts" in reason and "HTTP 500" in reason
+    # Also visible to an agent, through MCP's view of the same operation.
+    status, listed, _ = await hapi.get(f"/v1/profiles/{profile['id']}/webhook-endpoints", owner)
+    assert status == 200 and listed["data"][0]["disabled_reason"] == reason
+
+    # Nothing is lost: enabled again, the message is delivered.
+    status, _, _ = await hapi.patch(f"/v1/webhook-endpoints/{endpoint['id']}", owner,
+                                    json={"is_active": True})
+    assert status == 200
+    [delivered] = await receiver.wait_ok(1)
+    assert _verified(endpoint["secret"], delivered)["data"]["title"] == "Lost?"
+
+
+async def test_redirects_are_not_followed(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    receiver.script = [(307, {"Location": receiver.url + "/elsewhere"})]
+    owner, profile, _ = await _setup(hapi, hooks, receiver.url + "/moved")
+    await new_event(hapi, owner, profile)
+    got = await receiver.wait_ok(1)
+    assert [d.path for d in receiver.got] == ["/moved", "/moved"]
+    assert got[0].path == "/moved"
+
+
+async def test_a_rotated_secret_signs_beside_the_old_one_for_24_hours(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/rotating")
+    old = endpoint["secret"]
+    status, rotated, _ = await hapi.post(
+        f"/v1/webhook-endpoints/{endpoint['id']}/rotate-secret", owner)
+    assert status == 200, rotated
+    new = rotated["secret"]
+    assert new.startswith("whsec_") and new != old
+    assert {k: v for k, v in rotated.items() if k != "secret"} | {"updated_at": None} == {
+        k: v for k, v in endpoint.items() if k != "secret"} | {"updated_at": None}
+    status, shown, _ = await hapi.get(f"/v1/webhook-endpoints/{endpoint['id']}", owner)
+    assert status == 200 and "secret" not in shown
+
+    await new_event(hapi, owner, profile, title="Both")
+    [both] = await receiver.wait_ok(1)
+    assert len(both.headers["webhook-signature"].split(" ")) == 2
+    assert _verified(old, both) == _verified(new, both)
+    row = await _endpoint_row(hooks, endpoint["id"])
+    overlap = row["previous_secret_expires_at"] - row["updated_at"]
+    assert timedelta(hours=23, minutes=59) < overlap <= timedelta(hours=24, seconds=1)
+
+    # Once the 24 hours are over, only the new secret signs.
+    async with hooks_conn(hooks) as conn:
+        await conn.execute("UPDATE webhook_endpoints SET previous_secret_expires_at = now()"
+                           " WHERE id = $1", endpoint["id"])
+    await new_event(hapi, owner, profile, title="New only")
+    got = await receiver.wait_ok(2)
+    assert len(got[1].headers["webhook-signature"].split(" ")) == 1
+    assert _verified(new, got[1])["data"]["title"] == "New only"
+    with pytest.raises(WebhookVerificationError):
+        Webhook(old).verify(got[1].body, got[1].headers)
+
+
+async def test_a_name_that_resolves_to_a_private_address_is_refused_at_delivery(
+    api: Api, live_server: LiveServer, receiver: Receiver,
+) -> None:
+    """The shared service allows no http and no loopback: an https URL whose
+    host name resolves to 127.0.0.1 is accepted (names are not resolved when
+    saved) and refused when resolved, before anything is sent."""
+    owner = await asyncio.to_thread(live_server.create_user)
+    profile = await new_profile(api, owner)
+    port = receiver.url.rsplit(":", 1)[1]
+    endpoint = await _endpoint(api, owner, profile, f"https://localhost:{port}/private")
+    await new_event(api, owner, profile)
+    deadline = time.monotonic() + 20
+    async with hooks_conn(live_server) as conn:
+        while (error := await conn.fetchval(
+                "SELECT last_error FROM webhook_deliveries WHERE endpoint_id = $1",
+                endpoint["id"])) is None:
+            assert time.monotonic() < deadline, "no attempt recorded"
+            await asyncio.sleep(0.05)
+    assert "public address" in error
+    assert receiver.got == []
+
+
+def _start_worker(dsn: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DATABASE_URL": dsn, "KALENDS_JOB_HEARTBEAT_SECONDS": "1",
+           "KALENDS_SECRET_KEY": SECRET_KEY, "KALENDS_WEBHOOK_ALLOW_HTTP": "on",
+           "KALENDS_WEBHOOK_TIMEOUT_SECONDS": "1",
+           "KALENDS_WEBHOOK_RETRY_SCHEDULE": ",".join(str(s) for s in SCHEDULE)}
+    return subprocess.Popen([sys.executable, "-m", "kalends", "worker"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.fixture(scope="module")
+def jobless(database_url: str) -> Iterator[tuple[str, LiveServer]]:
+    """A database and a service that runs no jobs: the workers are processes."""
+    with migrated_database(database_url, "kalends_hooks_kill") as dsn:
+        live = LiveServer(dsn, run_jobs=False, settings=_settings())
+        try:
+            yield dsn, live
+        finally:
+            live.close()
+
+
+async def test_a_worker_killed_mid_delivery_loses_nothing(
+    jobless: tuple[str, LiveServer], receiver: Receiver,
+) -> None:
+    """The only worker is a `kalends worker` process, killed while the receiver
+    holds its request; the next worker sends that message again, then the rest."""
+    dsn, live = jobless
+    receiver.script = [("hang", None)]
+    first = second = None
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, live.url)
+            owner, profile, endpoint = await _setup(api, live, receiver.url + "/kill")
+            for title in ("One", "Two", "Three"):
+                await new_event(api, owner, profile, title=title)
+            first = _start_worker(dsn)
+            await asyncio.wait_for(receiver.hanging.wait(), 30)
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+            assert receiver.ok() == []
+
+            second = _start_worker(dsn)
+            got = await receiver.wait_ok(3, seconds=60)
+            titles = [_verified(endpoint["secret"], d)["data"]["title"] for d in got]
+            assert titles == ["One", "Two", "Three"]
+            assert got[0].headers["webhook-id"] == receiver.got[0].headers["webhook-id"]
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(timeout=30) == 0
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
