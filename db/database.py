@@ -29,6 +29,7 @@ class Database:
     async def connect(cls, dsn: str, *, min_size: int = 2, max_size: int = 10) -> Database:
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, init=_init_connection,
+            reset=_keep_session,
             timeout=5, command_timeout=30,
         )
         return cls(pool, dsn)
@@ -97,6 +98,15 @@ class Tx:
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.execute("SET TIME ZONE 'UTC'")
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """What a connection needs on its way back to the pool: nothing. Pool
+    connections hold no session state to clear (no LISTEN, no session-level
+    advisory lock, no cursor outside a transaction, no SET but the time zone of
+    `_init_connection`). asyncpg's default reset (`pg_advisory_unlock_all(); CLOSE
+    ALL; UNLISTEN *; RESET ALL`) cost a round trip on every statement run through
+    the pool, and its RESET ALL undid that time zone after a connection's first use."""
 
 
 @asynccontextmanager

@@ -104,43 +104,48 @@ async def deletion_counts(db: Database | Tx, series_id: str) -> asyncpg.Record:
     return row
 
 
-async def delete(tx: Tx, series_id: str, *, cascade_exclusive_events: bool) -> tuple[int, int]:
-    """Delete the series; with cascade, also the events in no other series.
-    Returns (member_count, deleted_event_count)."""
-    # Lock the series and its links, so a concurrent link cannot slip an event
-    # between the count and the delete.
+async def lock_for_delete(tx: Tx, series_id: str) -> int:
+    """Lock the series and its links, so a concurrent link cannot slip an event
+    between the count and the delete; returns the member count."""
     await tx.execute("SELECT 1 FROM series WHERE id = $1 FOR UPDATE", series_id)
-    members = await tx.fetchval(
+    members: int = await tx.fetchval(
         "SELECT count(*) FROM (SELECT 1 FROM series_events WHERE series_id = $1 FOR UPDATE) l",
         series_id,
     )
-    deleted = 0
-    if cascade_exclusive_events:
-        # Lock the member events too: a link of one of them into another series
-        # holds a key-share lock on it until it commits, so the cascade waits
-        # for it and then (a new statement, a new snapshot) sees the event as
-        # shared. A link that comes later waits for the cascade instead.
-        await tx.execute(
-            """
-            SELECT 1 FROM events
-            WHERE id IN (SELECT event_id FROM series_events WHERE series_id = $1)
-            ORDER BY id FOR UPDATE
-            """,
-            series_id,
-        )
-        status = await tx.execute(
-            """
-            DELETE FROM events e
-            USING series_events se
-            WHERE se.series_id = $1 AND e.id = se.event_id
-              AND NOT EXISTS (SELECT 1 FROM series_events o
-                              WHERE o.event_id = e.id AND o.series_id <> $1)
-            """,
-            series_id,
-        )
-        deleted = int(status.split()[-1])
+    return members
+
+
+async def exclusive_events(tx: Tx, series_id: str) -> list[str]:
+    """The member events in no other series, locked for deletion."""
+    # Lock the member events first: a link of one of them into another series
+    # holds a key-share lock on it until it commits, so this waits for it and
+    # then (a new statement, a new snapshot) sees the event as shared. A link
+    # that comes later waits for the delete instead.
+    await tx.execute(
+        """
+        SELECT 1 FROM events
+        WHERE id IN (SELECT event_id FROM series_events WHERE series_id = $1)
+        ORDER BY id FOR UPDATE
+        """,
+        series_id,
+    )
+    rows = await tx.fetch(
+        """
+        SELECT se.event_id FROM series_events se
+        WHERE se.series_id = $1
+          AND NOT EXISTS (SELECT 1 FROM series_events o
+                          WHERE o.event_id = se.event_id AND o.series_id <> $1)
+        ORDER BY se.event_id
+        """,
+        series_id,
+    )
+    return [r["event_id"] for r in rows]
+
+
+async def delete(tx: Tx, series_id: str, event_ids: list[str]) -> None:
+    """Delete the series, and the events `event_ids` with it."""
+    await tx.execute("DELETE FROM events WHERE id = ANY($1::text[])", event_ids)
     await tx.execute("DELETE FROM series WHERE id = $1", series_id)
-    return int(members), deleted
 
 
 async def link(db: Database | Tx, series_id: str, event_id: str) -> None:

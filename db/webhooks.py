@@ -44,10 +44,10 @@ async def page(db: Database, profile_id: str, after: tuple[datetime, str] | None
     )
 
 
-async def update(tx: Tx, endpoint_id: str, values: dict[str, Any]) -> None:
+async def update(tx: Tx, endpoint_id: str, values: dict[str, Any], *, resume: bool) -> None:
     await rows.update(tx, "webhook_endpoints", WRITABLE, endpoint_id, values)
-    if values.get("is_active"):
-        # Enabled (again): the reason it was disabled no longer holds, and what
+    if resume:
+        # Enabled again: the reason it was disabled no longer holds, and what
         # waited in its queue starts a fresh retry schedule, in order.
         await tx.execute(
             "UPDATE webhook_endpoints SET disabled_reason = NULL WHERE id = $1", endpoint_id)
@@ -115,39 +115,87 @@ async def add_message(tx: Tx, message_id: str, profile_id: str, event_type: str,
 # Delivery (kalends/webhook_delivery.py)
 
 
-async def claim(db: Database, endpoint_id: str, lease: timedelta) -> asyncpg.Record | None:
-    """Take (or extend) the endpoint's delivery lease if it is active and no one
-    else holds it; returns what delivering needs, or None."""
+_ENDPOINT = """
+    id, url, secret,
+    CASE WHEN previous_secret_expires_at > now() THEN previous_secret END AS previous_secret
+"""
+
+
+async def claim(db: Database, endpoint_id: str, token: str, lease: timedelta
+                ) -> asyncpg.Record | None:
+    """Take the endpoint's delivery lease, under `token`, if it is active and no
+    one else holds it; returns what delivering needs, or None."""
     return await db.fetchrow(
-        """
-        UPDATE webhook_endpoints SET lease_until = now() + $2
+        f"""
+        UPDATE webhook_endpoints SET lease_until = now() + $3, lease_token = $2
         WHERE id = $1 AND is_active AND (lease_until IS NULL OR lease_until < now())
-        RETURNING id, url, secret,
-                  CASE WHEN previous_secret_expires_at > now() THEN previous_secret END
-                      AS previous_secret
+        RETURNING {_ENDPOINT}
         """,
-        endpoint_id, lease,
+        endpoint_id, token, lease,
     )
 
 
-async def extend(db: Database, endpoint_id: str, lease: timedelta) -> asyncpg.Record | None:
-    """Extend a lease this run holds; the secrets are read again (a rotation may
-    have happened meanwhile). None if the endpoint was disabled or deleted."""
+async def attempted(db: Database, endpoint_id: str, token: str, lease: timedelta, seq: int,
+                    error: str | None, wait: timedelta | None) -> asyncpg.Record | None:
+    """Record an attempt (delivered when `error` is None, else due again after
+    `wait`) and renew the lease, in one statement. Returns the endpoint afresh
+    (a rotation changes its secrets), or None if it was disabled or deleted, or
+    the lease is no longer this run's."""
     return await db.fetchrow(
-        """
-        UPDATE webhook_endpoints SET lease_until = now() + $2
-        WHERE id = $1 AND is_active
-        RETURNING id, url, secret,
-                  CASE WHEN previous_secret_expires_at > now() THEN previous_secret END
-                      AS previous_secret
+        f"""
+        WITH attempt AS (
+            UPDATE webhook_deliveries
+            SET attempts = attempts + 1, last_error = $5::text,
+                state = CASE WHEN $5::text IS NULL THEN 'delivered' ELSE state END,
+                delivered_at = CASE WHEN $5::text IS NULL THEN now() END,
+                next_attempt_at = coalesce(now() + $6::interval, next_attempt_at)
+            WHERE endpoint_id = $1 AND seq = $4
+        )
+        UPDATE webhook_endpoints SET lease_until = now() + $3
+        WHERE id = $1 AND is_active AND lease_token = $2
+        RETURNING {_ENDPOINT}
         """,
-        endpoint_id, lease,
+        endpoint_id, token, lease, seq, error, wait,
     )
 
 
-async def release(db: Database, endpoint_id: str) -> None:
-    await db.execute("UPDATE webhook_endpoints SET lease_until = NULL WHERE id = $1",
-                     endpoint_id)
+async def disable(db: Database, endpoint_id: str, seq: int, error: str, reason: str) -> None:
+    """Record the attempt that failed, and stop delivering; the queue is kept for
+    when an administrator enables the endpoint again."""
+    await db.execute(
+        """
+        WITH attempt AS (
+            UPDATE webhook_deliveries SET attempts = attempts + 1, last_error = $3
+            WHERE endpoint_id = $1 AND seq = $2
+        )
+        UPDATE webhook_endpoints
+        SET is_active = false, disabled_reason = $4, lease_until = NULL, updated_at = now()
+        WHERE id = $1
+        """,
+        endpoint_id, seq, error, reason,
+    )
+
+
+async def release(db: Database, endpoint_id: str, token: str) -> bool:
+    """Let go of this run's lease. True if the endpoint is active and the head of
+    its queue is due: a message queued meanwhile, whose own job saw the lease
+    held and left it to this run (claim again). A job that finds the lease taken
+    either ran before this statement, and this sees its message, or waited on
+    this row and then takes the lease itself."""
+    return bool(await db.fetchval(
+        """
+        WITH released AS (
+            UPDATE webhook_endpoints SET lease_until = NULL
+            WHERE id = $1 AND lease_token = $2
+            RETURNING is_active
+        )
+        SELECT (SELECT is_active FROM released)
+           AND (SELECT d.next_attempt_at <= now() FROM webhook_deliveries d
+                WHERE d.endpoint_id = $1 AND d.state = 'pending'
+                ORDER BY d.seq LIMIT 1)
+        """,
+        endpoint_id, token,
+    ))
 
 
 async def lease_left(db: Database, endpoint_id: str) -> timedelta | None:
@@ -177,60 +225,6 @@ async def head(db: Database, endpoint_id: str) -> asyncpg.Record | None:
     )
 
 
-async def delivered(db: Database, endpoint_id: str, seq: int) -> None:
-    await db.execute(
-        """
-        UPDATE webhook_deliveries
-        SET state = 'delivered', delivered_at = now(), attempts = attempts + 1,
-            last_error = NULL
-        WHERE endpoint_id = $1 AND seq = $2
-        """,
-        endpoint_id, seq,
-    )
-
-
-async def failed(db: Database, endpoint_id: str, seq: int, error: str, wait: timedelta | None
-                 ) -> None:
-    """One more failed attempt; `wait` until the next, or None to leave it due
-    (the endpoint is being disabled and will start afresh when enabled)."""
-    await db.execute(
-        """
-        UPDATE webhook_deliveries
-        SET attempts = attempts + 1, last_error = $3,
-            next_attempt_at = CASE WHEN $4::interval IS NULL THEN next_attempt_at
-                                   ELSE now() + $4 END
-        WHERE endpoint_id = $1 AND seq = $2
-        """,
-        endpoint_id, seq, error, wait,
-    )
-
-
-async def disable(db: Database, endpoint_id: str, reason: str) -> None:
-    """Stop delivering; the queue is kept for when an administrator enables it."""
-    await db.execute(
-        """
-        UPDATE webhook_endpoints
-        SET is_active = false, disabled_reason = $2, lease_until = NULL, updated_at = now()
-        WHERE id = $1
-        """,
-        endpoint_id, reason,
-    )
-
-
-async def head_due(db: Database, endpoint_id: str) -> bool:
-    """Whether the endpoint is active and the head of its queue is due (what
-    waits behind the head waits for it)."""
-    return bool(await db.fetchval(
-        """
-        SELECT d.next_attempt_at <= now() FROM webhook_deliveries d
-        JOIN webhook_endpoints w ON w.id = d.endpoint_id AND w.is_active
-        WHERE d.endpoint_id = $1 AND d.state = 'pending'
-        ORDER BY d.seq LIMIT 1
-        """,
-        endpoint_id,
-    ))
-
-
 async def schedule_wake(tx: Tx, endpoint_id: str, wait: timedelta) -> bool:
     """Note that a job will look at the endpoint after `wait`; False if one
     already will, no later than that (then no job need be queued)."""
@@ -242,3 +236,22 @@ async def schedule_wake(tx: Tx, endpoint_id: str, wait: timedelta) -> bool:
         """,
         endpoint_id, wait,
     ) is not None
+
+
+async def prune(db: Database, older_than: timedelta) -> None:
+    """Forget deliveries made more than `older_than` ago, and messages left with
+    none (delivered everywhere, or their endpoints deleted); pending ones stay."""
+    await db.execute(
+        """
+        DELETE FROM webhook_deliveries
+        WHERE state = 'delivered' AND delivered_at < now() - $1::interval
+        """,
+        older_than,
+    )
+    await db.execute(
+        """
+        DELETE FROM webhook_messages m WHERE m.created_at < now() - $1::interval
+          AND NOT EXISTS (SELECT FROM webhook_deliveries d WHERE d.message_id = m.id)
+        """,
+        older_than,
+    )

@@ -6,12 +6,14 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 from aiohttp import web
 
 import kalends.operations  # noqa: F401  (registers every operation)
 import mcp_bridge
 from db import ratelimits, secrets
+from db import webhooks as webhook_store
 from db.database import Database
 from graph.context import Services
 from graph.http import KalendsGraphQLView
@@ -29,6 +31,7 @@ from rest_bridge.responses import json_response
 
 log = logging.getLogger("kalends.app")
 MAX_BODY = 1024 * 1024
+WEBHOOK_RETENTION = timedelta(days=7)
 
 # Validated at import: a broken operation document stops the start.
 registry.prepare(schema._schema)
@@ -58,6 +61,10 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
         # Keep the rate-limit table as small as the set of recently active callers.
         sweeper = asyncio.create_task(housekeeping.every(
             600, "prune rate-limit buckets", lambda: ratelimits.forget_idle(db)))
+        # Delivered webhook messages are kept a week, then forgotten.
+        pruner = asyncio.create_task(housekeeping.every(
+            3600, "prune delivered webhook messages",
+            lambda: webhook_store.prune(db, WEBHOOK_RETENTION)))
         if run_jobs if run_jobs is not None else settings.jobs_in_process:
             # A pool of its own: jobs never take the connections requests need.
             jobs_db = await Database.connect(dsn, min_size=1, max_size=4)
@@ -72,6 +79,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
         else:
             yield
         sweeper.cancel()
+        pruner.cancel()
         await db.close()
 
     app.cleanup_ctx.append(services)

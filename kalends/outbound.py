@@ -1,5 +1,5 @@
 """Outbound HTTP to URLs that someone else chose (client metadata documents,
-later webhooks), guarded against server-side request forgery.
+webhooks), guarded against server-side request forgery.
 
 The guard sits in the connector: every host name is resolved by
 `GuardedResolver`, which drops the addresses that are not public, and aiohttp

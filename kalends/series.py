@@ -9,7 +9,7 @@ from pydantic import Field, StringConstraints
 
 from db import series as store
 from db.database import Database
-from kalends import ids, profiles, sync
+from kalends import ids, profiles, sync, webhooks
 from kalends.auth import Viewer
 from kalends.errors import ApiError, conflict, not_found
 from kalends.events import Slug
@@ -72,19 +72,21 @@ async def update(db: Database, row: asyncpg.Record, data: SeriesUpdate) -> None:
         raise _slug_taken(data.slug) from None
 
 
-async def delete(db: Database, row: asyncpg.Record, *, cascade_exclusive_events: bool
-                 ) -> dict[str, int]:
+async def delete(db: Database, row: asyncpg.Record, render: webhooks.Render, *,
+                 cascade_exclusive_events: bool) -> dict[str, int]:
     """Events in no other series go too only with `cascade_exclusive_events`;
     events shared with another series always stay."""
     async with db.transaction() as tx:
-        members, deleted = await store.delete(
-            tx, row["id"], cascade_exclusive_events=cascade_exclusive_events
-        )
+        members = await store.lock_for_delete(tx, row["id"])
+        doomed = await store.exclusive_events(tx, row["id"]) if cascade_exclusive_events else []
+        await webhooks.record(tx, render, "event.deleted", row["profile_id"], "event",
+                              *({"event_id": e} for e in doomed))  # each as it was
+        await store.delete(tx, row["id"], doomed)
         # Its subscribers' copies, and the copies of any event deleted with it,
         # are all among the profile's.
         await sync.profile_changed(tx, row["profile_id"])
-    return {"member_count": members, "deleted_event_count": deleted,
-            "preserved_event_count": members - deleted}
+    return {"member_count": members, "deleted_event_count": len(doomed),
+            "preserved_event_count": members - len(doomed)}
 
 
 async def link(db: Database, series: asyncpg.Record, event: asyncpg.Record) -> None:

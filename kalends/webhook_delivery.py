@@ -4,11 +4,12 @@ At least once. A delivery is marked done only after a 2xx; a worker that dies
 mid-send leaves it pending, and it is sent again (same `webhook-id`, which
 receivers use to drop the copy).
 
-In order per endpoint. One run at a time holds an endpoint's lease (a column,
-not a lock held across the network call) and sends from the head of its queue;
-while the head waits for a retry, what came after it waits too. A run that finds
-the lease taken leaves the queue to the holder, which looks once more after
-letting go; if the holder died, a job is queued for when its lease ends.
+In order per endpoint. One run at a time holds an endpoint's lease (columns
+naming the run and its end, not a lock held across the network call) and sends
+from the head of its queue; while the head waits for a retry, what came after it
+waits too. A run that finds the lease taken leaves the queue to the holder, which
+looks once more as it lets go; if the holder died, a job is queued for when its
+lease ends. A run that outlived its lease finds out at its next write and stops.
 
 Failures follow the retry schedule (Standard Webhooks' by default), waiting
 longer when the receiver's `Retry-After` asks. `410 Gone` disables the endpoint
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -66,7 +68,8 @@ class _Sender:
 
     async def run(self, db: Database, payload: dict[str, Any]) -> None:
         endpoint_id = payload["endpoint_id"]
-        endpoint = await store.claim(db, endpoint_id, self._lease)
+        token = uuid.uuid4().hex
+        endpoint = await store.claim(db, endpoint_id, token, self._lease)
         if endpoint is None:
             left = await store.lease_left(db, endpoint_id)
             if left is not None:  # held: by a live run, which looks again, or a dead one
@@ -76,46 +79,45 @@ class _Sender:
                                   timeout=self._timeout.total_seconds())
         async with session:
             while endpoint is not None:
-                endpoint = await self._step(db, session, endpoint)
+                endpoint = await self._step(db, session, endpoint, token)
 
     async def _step(self, db: Database, session: aiohttp.ClientSession,
-                    endpoint: asyncpg.Record) -> asyncpg.Record | None:
+                    endpoint: asyncpg.Record, token: str) -> asyncpg.Record | None:
         """Send the head of the queue; the endpoint for the next step, or None."""
         endpoint_id = endpoint["id"]
         head = await store.head(db, endpoint_id)
         if head is None or head["wait"] > timedelta(0):
-            await store.release(db, endpoint_id)
             if head is not None:
                 await _wake(db, endpoint_id, head["wait"])
-            # A message queued while the lease was held: its job left it to us.
-            if await store.head_due(db, endpoint_id):
-                return await store.claim(db, endpoint_id, self._lease)
+            if await store.release(db, endpoint_id, token):
+                return await store.claim(db, endpoint_id, token, self._lease)
             return None
         outcome = await self._attempt(session, endpoint, head)
-        seq = head["seq"]
+        seq, message_id = head["seq"], head["message_id"]
         if outcome.ok:
-            await store.delivered(db, endpoint_id, seq)
+            nxt = await store.attempted(db, endpoint_id, token, self._lease, seq, None, None)
         elif outcome.gone:
-            await store.failed(db, endpoint_id, seq, outcome.error, None)
-            await _disable(db, endpoint_id, "The endpoint answered 410 Gone.")
+            await _disable(db, endpoint_id, seq, outcome.error,
+                           "The endpoint answered 410 Gone.")
             return None
         else:
             attempts = head["attempts"] + 1
             log.info("webhook delivery failed", extra={
-                "endpoint_id": endpoint_id, "message_id": head["message_id"],
-                "attempt": attempts, "error": outcome.error})
+                "endpoint_id": endpoint_id, "message_id": message_id, "attempt": attempts,
+                "error": outcome.error})
             if attempts >= len(self._schedule):
-                await store.failed(db, endpoint_id, seq, outcome.error, None)
-                await _disable(db, endpoint_id, (
-                    f"{attempts} attempts to deliver message {head['message_id']} failed; "
+                await _disable(db, endpoint_id, seq, outcome.error, (
+                    f"{attempts} attempts to deliver message {message_id} failed; "
                     f"the last: {outcome.error}."))
                 return None
             wait = self._schedule[attempts]
             if outcome.retry_after is not None:
                 wait = max(wait, min(outcome.retry_after, _MAX_RETRY_AFTER))
-            await store.failed(db, endpoint_id, seq, outcome.error, wait)
-        # The secrets are read again (a rotation), and a disabled endpoint stops here.
-        return await store.extend(db, endpoint_id, self._lease)
+            nxt = await store.attempted(db, endpoint_id, token, self._lease, seq,
+                                        outcome.error, wait)
+        if nxt is None:  # disabled or deleted meanwhile, or the lease lost
+            await store.release(db, endpoint_id, token)  # so enabling it resumes at once
+        return nxt
 
     async def _attempt(self, session: aiohttp.ClientSession, endpoint: asyncpg.Record,
                        head: asyncpg.Record) -> _Outcome:
@@ -176,7 +178,8 @@ async def _wake(db: Database, endpoint_id: str, wait: timedelta) -> None:
             await jobs.enqueue(tx, ENTRYPOINT, {"endpoint_id": endpoint_id}, after=wait)
 
 
-async def _disable(db: Database, endpoint_id: str, reason: str) -> None:
+async def _disable(db: Database, endpoint_id: str, seq: int, error: str, reason: str
+                   ) -> None:
     log.warning("webhook endpoint disabled", extra={"endpoint_id": endpoint_id,
                                                     "reason": reason})
-    await store.disable(db, endpoint_id, reason)
+    await store.disable(db, endpoint_id, seq, error, reason)

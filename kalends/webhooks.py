@@ -142,9 +142,10 @@ async def update(db: Database, row: asyncpg.Record, data: WebhookEndpointUpdate,
         check_url(changes["url"], allow_http=allow_http)
     if "event_types" in changes:
         _check_types(changes["event_types"])
+    resume = bool(changes.get("is_active")) and not row["is_active"]
     async with db.transaction() as tx:
-        await store.update(tx, row["id"], changes)
-        if changes.get("is_active"):
+        await store.update(tx, row["id"], changes, resume=resume)
+        if resume:
             await jobs.enqueue(tx, ENTRYPOINT, {"endpoint_id": row["id"]})
 
 
@@ -164,16 +165,19 @@ async def rotate(db: Database, vault: Vault, row: asyncpg.Record) -> str:
 
 
 async def record(tx: Tx, render: Render, event_type: EventType, profile_id: str,
-                 kind: Kind, variables: dict[str, str]) -> None:
-    """In the transaction of a change: queue a message for each endpoint that
-    wants it. Nothing is read or rendered for a profile without one."""
+                 kind: Kind, *resources: dict[str, str]) -> None:
+    """In the transaction of a change: queue a message per resource (given as
+    the variables of its read) for each endpoint that wants it. Nothing is read
+    or rendered for a profile without one."""
     endpoints = await store.subscribed(tx, profile_id, event_type)
-    if not endpoints:
+    if not endpoints or not resources:
         return
-    data = await render(tx, endpoints[0]["owner_user_id"], kind, variables)
-    body = orjson.dumps({
-        "type": event_type, "timestamp": utc_text(datetime.now(UTC)), "data": data,
-    }).decode()
     endpoint_ids = [e["id"] for e in endpoints]
-    await store.add_message(tx, ids.new_id("msg"), profile_id, event_type, body, endpoint_ids)
+    for variables in resources:
+        data = await render(tx, endpoints[0]["owner_user_id"], kind, variables)
+        body = orjson.dumps({
+            "type": event_type, "timestamp": utc_text(datetime.now(UTC)), "data": data,
+        }).decode()
+        await store.add_message(tx, ids.new_id("msg"), profile_id, event_type, body,
+                                endpoint_ids)
     await jobs.enqueue_many(tx, ENTRYPOINT, [{"endpoint_id": e} for e in endpoint_ids])

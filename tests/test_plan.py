@@ -44,6 +44,11 @@ async def _tour(api: Api, live_server: LiveServer) -> list[str]:
 
     profile = await new_profile(api, owner, description="Tour")
     pid = profile["id"]
+    # Every change below is also rendered for this endpoint, inside its transaction.
+    hook = await ok("POST", f"/v1/profiles/{pid}/webhook-endpoints", owner, 201, {
+        "url": "https://tour.invalid/hook"})
+    await ok("PATCH", f"/v1/webhook-endpoints/{hook['id']}", owner, 200, {"is_active": True})
+    await ok("POST", f"/v1/webhook-endpoints/{hook['id']}/rotate-secret", owner, 200)
     await ok("PATCH", f"/v1/profiles/{pid}", owner, 200, {"display_name": "Tour profile"})
     event = await new_event(api, owner, profile, title="Tour concert",
                             recurrence_rule="FREQ=WEEKLY;COUNT=3")
@@ -88,6 +93,7 @@ async def _tour(api: Api, live_server: LiveServer) -> list[str]:
         "/v1/series", f"/v1/series/{sid}", f"/v1/series/{sid}/deletion-preview",
         f"/v1/series/{sid}/events", "/v1/subscriptions",
         f"/v1/subscriptions/{subscription['id']}",
+        f"/v1/profiles/{pid}/webhook-endpoints", f"/v1/webhook-endpoints/{hook['id']}",
         # error paths
         "/v1/events/evt_doesnotexist0000000000000", "/v1/profiles/nonsense",
         "/v1/events?limit=0", "/v1/search?q=",
@@ -105,6 +111,7 @@ async def _tour(api: Api, live_server: LiveServer) -> list[str]:
     await ok("DELETE", f"{calendar_path}/{own['id']}", fan, 204)
     await ok("DELETE", f"/v1/series/{sid}", owner, 200)
     await ok("DELETE", f"/v1/events/{eid}", owner, 204)
+    await ok("DELETE", f"/v1/webhook-endpoints/{hook['id']}", owner, 204)
     await ok("DELETE", f"/v1/profiles/{pid}", owner, 204)
     return gets
 

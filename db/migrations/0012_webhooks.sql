@@ -15,6 +15,7 @@ CREATE TABLE webhook_endpoints (
     -- One delivery run per endpoint at a time, so messages go out in order; a
     -- lease, not a lock held across the network call (kalends/webhook_delivery.py).
     lease_until timestamptz,
+    lease_token text,
     -- When a job is already queued to look at the endpoint again (a retry's
     -- delay, a lease's end): one such job, not one per message waiting.
     wake_at timestamptz,
@@ -32,6 +33,7 @@ CREATE TABLE webhook_messages (
     body text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE INDEX webhook_messages_by_age ON webhook_messages (created_at);
 
 CREATE TABLE webhook_deliveries (
     seq bigint GENERATED ALWAYS AS IDENTITY,
@@ -47,3 +49,7 @@ CREATE TABLE webhook_deliveries (
 -- Each endpoint's queue, oldest first.
 CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (endpoint_id, seq)
     WHERE state = 'pending';
+-- Pruning (delivered ones are forgotten after a while) and message lookups.
+CREATE INDEX webhook_deliveries_delivered ON webhook_deliveries (delivered_at)
+    WHERE state = 'delivered';
+CREATE INDEX webhook_deliveries_by_message ON webhook_deliveries (message_id);
