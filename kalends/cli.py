@@ -312,8 +312,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
 
-    sub.add_parser("worker", help="run background jobs (subscription sync)").set_defaults(
-        func=_worker)
+    sub.add_parser("worker", help=(
+        "run background jobs (subscription and calendar sync, attendee e-mail, webhooks)"
+    )).set_defaults(func=_worker)
 
     sub.add_parser("migrate", help="apply pending migrations").set_defaults(func=_migrate)
 

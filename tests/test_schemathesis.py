@@ -265,6 +265,9 @@ def _seed(http: requests.Session, base: str, user: Any) -> Seeded:
         ("cev", ("cal",), "/v1/calendars/{cal}/events", {"title": "Fuzz entry", **when}),
         ("sub", ("prf",), "/v1/subscriptions", {"subscription_type": "profile", "profile_id": "{prf}"}),
         ("fol", ("prf",), "/v1/follows", {"following_type": "profile", "target_id": "{prf}"}),
+        # An .invalid host (RFC 6761) is never resolved: deliveries fail, nothing is sent.
+        ("whe", ("prf",), "/v1/profiles/{prf}/webhook-endpoints",
+         {"url": "https://fuzz.invalid/hook"}),
     ]
     for prefix, needs, path, body in steps:
         if not all(n in ids for n in needs):

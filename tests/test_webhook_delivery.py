@@ -425,6 +425,36 @@ def jobless(database_url: str) -> Iterator[tuple[str, LiveServer]]:
             live.close()
 
 
+async def test_a_run_that_outlived_its_lease_stops_and_leaves_the_next_one_alone(
+    jobless: tuple[str, LiveServer], receiver: Receiver,
+) -> None:
+    """No worker runs here: the lease is driven by hand, as two runs would."""
+    from db import webhooks as store
+
+    _, live = jobless
+    async with aiohttp.ClientSession() as session:
+        _, _, endpoint = await _setup(Api(session, live.url), live, receiver.url + "/lease")
+    endpoint_id, lease = endpoint["id"], timedelta(seconds=30)
+    assert live.call(store.claim(live.db, endpoint_id, "first", lease)) is not None
+    assert live.call(store.claim(live.db, endpoint_id, "second", lease)) is None
+    async with hooks_conn(live) as conn:
+        await conn.execute("UPDATE webhook_endpoints SET lease_until = now() - interval '1 s'"
+                           " WHERE id = $1", endpoint_id)
+        assert live.call(store.claim(live.db, endpoint_id, "second", lease)) is not None
+        # The first run, back from a long stall, can neither renew nor release.
+        assert live.call(store.attempted(live.db, endpoint_id, "first", lease, 0, None,
+                                         None)) is None
+        assert live.call(store.release(live.db, endpoint_id, "first")) is False
+        held = await conn.fetchrow("SELECT lease_token, lease_until > now() AS live"
+                                   " FROM webhook_endpoints WHERE id = $1", endpoint_id)
+        assert (held["lease_token"], held["live"]) == ("second", True)
+        assert live.call(store.attempted(live.db, endpoint_id, "second", lease, 0, None,
+                                         None)) is not None
+        assert live.call(store.release(live.db, endpoint_id, "second")) is False
+        assert await conn.fetchval("SELECT lease_until FROM webhook_endpoints WHERE id = $1",
+                                   endpoint_id) is None
+
+
 async def test_a_worker_killed_mid_delivery_loses_nothing(
     jobless: tuple[str, LiveServer], receiver: Receiver,
 ) -> None:

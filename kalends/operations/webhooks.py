@@ -13,17 +13,13 @@ _WITH_SECRET_FIELDS = f"""
 fragment WebhookEndpointWithSecretFields on WebhookEndpointWithSecret {{ {_SELECTION} secret }}
 """
 
-_ADMINS = (
-    "Only the profile's owner and its organization's owners and admins manage its webhook "
-    "endpoints; profile_id is an exact prf_ ID (listProfiles)."
-)
+_ADMINS = "For the profile's owner and its organization's owners and admins."
 _ABOUT = (
-    "Kalends POSTs each change to a profile's events and RSVPs to its endpoints, signed per "
-    "Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature: v1, HMAC-SHA256 with "
-    "the whsec_ secret), body {type, timestamp, data}, data being the event or RSVP as the "
-    "REST API shows it. Event types: " + ", ".join(EVENT_TYPES) + "."
+    "Each change to the profile's events and RSVPs is POSTed, signed per Standard Webhooks "
+    "(whsec_ secret), as {type, timestamp, data}: data is the event or RSVP as the REST "
+    "API shows it. Types: " + ", ".join(EVENT_TYPES) + "."
 )
-_REUSE_IDS = "endpoint_id is an exact whe_ ID as returned by listWebhookEndpoints."
+_REUSE_IDS = "endpoint_id: an exact whe_ ID from listWebhookEndpoints."
 
 register(
     Operation(
@@ -44,9 +40,9 @@ register(
         mcp=Mcp(
             title="List a profile's webhook endpoints",
             description=(
-                "List the webhook endpoints of a profile, oldest first, with whether each is "
-                "active and, if delivery was disabled, why. " + _ADMINS + " Paginated: pass "
-                "next_cursor as cursor while has_more is true."
+                "List a profile's webhook endpoints, oldest first; disabled_reason says why "
+                "delivery stopped. " + _ADMINS + " Paginated: pass next_cursor as cursor "
+                "while has_more is true."
             ),
             read_only=True, idempotent=True,
         ),
@@ -73,9 +69,9 @@ register(
         mcp=Mcp(
             title="Register a webhook endpoint",
             description=(
-                "Register an https URL to receive a profile's changes. " + _ABOUT + " "
-                "event_types narrows them (all by default). The answer holds the signing "
-                "secret, shown only this once: hand it to the receiver. " + _ADMINS
+                "Register an https URL for a profile's changes. " + _ABOUT + " event_types "
+                "narrows them (default: all). The answer holds the secret, shown only once. "
+                + _ADMINS
             ),
         ),
     ),
@@ -95,8 +91,7 @@ register(
         mcp=Mcp(
             title="Get a webhook endpoint",
             description=(
-                "Retrieve a webhook endpoint (never its secret): its URL, event types, "
-                "whether it is active and, if delivery was disabled, why. " + _REUSE_IDS
+                "Retrieve a webhook endpoint (not its secret). " + _REUSE_IDS
             ),
             read_only=True, idempotent=True,
         ),
@@ -120,10 +115,9 @@ register(
         mcp=Mcp(
             title="Update a webhook endpoint",
             description=(
-                "Change a webhook endpoint's url, event_types or is_active; send only what "
-                "changes. is_active false stops delivery: changes made meanwhile are not sent, "
-                "and messages already queued wait. true resumes a paused or disabled endpoint, "
-                "oldest queued message first. " + _REUSE_IDS
+                "Change url, event_types or is_active. is_active false stops delivery (later "
+                "changes are not sent; queued ones wait); true resumes a paused or disabled "
+                "endpoint, oldest queued first. " + _REUSE_IDS
             ),
             idempotent=True,
         ),
@@ -146,9 +140,8 @@ register(
         mcp=Mcp(
             title="Delete a webhook endpoint",
             description=(
-                "Delete a webhook endpoint; messages not yet delivered to it are dropped. "
-                "To stop deliveries for a while, updateWebhookEndpoint with is_active false "
-                "instead, which keeps them. " + _REUSE_IDS
+                "Delete a webhook endpoint and its undelivered messages; to pause, set "
+                "is_active false instead. " + _REUSE_IDS
             ),
             destructive=True,
         ),
@@ -171,9 +164,8 @@ register(
         mcp=Mcp(
             title="Rotate a webhook secret",
             description=(
-                "Make a new signing secret, returned only this once. For 24 hours messages "
-                "carry two signatures, with the new and the old secret, so the receiver can "
-                "switch without losing any. " + _REUSE_IDS
+                "A new signing secret, shown only once; for 24 hours messages are signed with "
+                "both the new and the old one. " + _REUSE_IDS
             ),
         ),
     ),
