@@ -35,7 +35,7 @@ import asyncpg
 from db import webhooks as store
 from db.database import Database
 from kalends import config, jobs
-from kalends.connected.vault import Vault
+from kalends.connected.vault import Vault, VaultError
 from kalends.outbound import OutboundError, check_url, guarded_session
 from kalends.webhooks import ENTRYPOINT, sign
 
@@ -125,8 +125,13 @@ class _Sender:
         timestamp = int(time.time())
         keys = [endpoint["secret"]] + (
             [endpoint["previous_secret"]] if endpoint["previous_secret"] is not None else [])
-        signature = " ".join(
-            sign(self._vault.open(bytes(k)), message_id, timestamp, body) for k in keys)
+        try:
+            signature = " ".join(
+                sign(self._vault.open(bytes(k)), message_id, timestamp, body) for k in keys)
+        except VaultError:
+            # Sealed under another key (KALENDS_SECRET_KEY or the key file differs on
+            # this machine): nothing is sent unsigned; the endpoint shows why it stops.
+            return _Outcome(error="its secret cannot be decrypted with this service's key")
         headers = {
             "Content-Type": "application/json",
             "webhook-id": message_id,

@@ -383,6 +383,21 @@ async def test_a_rotated_secret_signs_beside_the_old_one_for_24_hours(
         Webhook(old).verify(got[1].body, got[1].headers)
 
 
+async def test_a_secret_sealed_under_another_key_sends_nothing_and_says_why(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    from kalends.connected.vault import Vault
+
+    owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/other-key")
+    async with hooks_conn(hooks) as conn:
+        await conn.execute("UPDATE webhook_endpoints SET secret = $2 WHERE id = $1",
+                           endpoint["id"], Vault("another key " * 4).seal(endpoint["secret"]))
+    await new_event(hapi, owner, profile)
+    disabled = await _wait_disabled(hapi, owner, endpoint["id"])
+    assert "cannot be decrypted" in disabled["disabled_reason"]
+    assert receiver.got == []
+
+
 async def test_a_name_that_resolves_to_a_private_address_is_refused_at_delivery(
     api: Api, live_server: LiveServer, receiver: Receiver,
 ) -> None:
