@@ -370,6 +370,17 @@ async def test_invalid_sync_token_means_a_full_sync_that_still_sees_deletions(
     assert token and not token.endswith("forgotten")
 
 
+async def test_connecting_queues_one_sync_not_two(world: World, person: Person) -> None:
+    """Connecting queues the first sync itself, so the scheduler's next tick must
+    not queue another: the account's next scheduled sync is a full interval away."""
+    out = connect(world, person)
+    account = out["account_id"]
+    await settled(world, account)
+    wait = world.server.call(world.server.db.fetchval(
+        "SELECT next_sync_at - now() FROM external_accounts WHERE id = $1", account))
+    assert wait > world.settings.sync_interval - timedelta(seconds=60)
+
+
 async def test_refused_password_disables_until_connected_again(
         world: World, person: Person, api: Api) -> None:
     device = other_device(world, person)

@@ -50,14 +50,18 @@ async def connect(db: Database, settings: Settings, email: str, provider: str,
     async with db.transaction() as tx:
         account_id = await tx.fetchval(
             """
-            INSERT INTO external_accounts (id, user_id, provider, url, username, secret)
-            VALUES ($1, $2, $3, $4, $5, $6)
+            INSERT INTO external_accounts
+                (id, user_id, provider, url, username, secret, next_sync_at)
+            VALUES ($1, $2, $3, $4, $5, $6, now() + $7::interval)
             ON CONFLICT (user_id, provider, coalesce(url, ''), coalesce(username, ''))
             DO UPDATE SET secret = EXCLUDED.secret, status = 'ok', last_error = NULL,
-                          failures = 0, next_sync_at = now()
+                          failures = 0, next_sync_at = EXCLUDED.next_sync_at
             RETURNING id
             """,
             ids.new_id("xac"), user["id"], provider, url, username, sealed,
+            # The sync queued below is this interval's: the scheduler would
+            # otherwise queue a second one at its next tick.
+            settings.sync_interval,
         )
         await store.put_calendars(tx, account_id, user["id"], provider, found,
                                   [ids.new_id("xcal") for _ in found])
