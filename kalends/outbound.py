@@ -100,6 +100,15 @@ def is_loopback_host(host: str) -> bool:
     return ip is not None and _is_loopback(ip)
 
 
+def is_refused_literal(host: str, *, allow_loopback: bool = False) -> bool:
+    """Whether `host` is an IP literal that `is_allowed_address` refuses. What
+    aiohttp would treat as a literal (it contains a colon or only digits and
+    dots) counts as one, and must pass, or nothing is sent."""
+    looks_literal = ":" in host or host.replace(".", "").isdigit()
+    return (looks_literal or _parse_ip(host) is not None) and not is_allowed_address(
+        host, allow_loopback=allow_loopback)
+
+
 class GuardedResolver(AbstractResolver):
     """Resolves with `inner` (threaded getaddrinfo by default) and keeps only the
     addresses that `is_allowed_address` accepts; `Refused` when none remain."""
@@ -134,11 +143,7 @@ class _GuardedConnector(aiohttp.TCPConnector):
 
     async def _resolve_host(self, host: str, port: int,
                             traces: Sequence[Trace] | None = None) -> list[ResolveResult]:
-        # What aiohttp would treat as a literal (it contains a colon or only
-        # digits and dots) must be one that passes, or nothing is sent.
-        looks_literal = ":" in host or host.replace(".", "").isdigit()
-        if (looks_literal or _parse_ip(host) is not None) and not is_allowed_address(
-                host, allow_loopback=self._allow_loopback):
+        if is_refused_literal(host, allow_loopback=self._allow_loopback):
             raise Refused(f"{host} is not a public address")
         return await super()._resolve_host(host, port, traces)
 

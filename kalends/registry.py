@@ -228,24 +228,40 @@ def register(*operations: Operation) -> None:
         OPERATIONS[op.name] = op
 
 
+class InvalidDocument(RuntimeError):
+    """A document that does not validate, or that a plan cannot run."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid operation documents:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+def compile_document(schema: GraphQLSchema, name: str, source: str
+                     ) -> tuple[DocumentNode, Plan]:
+    """Parse, validate and compile a document that holds one operation, named
+    `name`; `InvalidDocument` says what is wrong with it."""
+    ast = parse(source)
+    errors = validate(schema, ast)
+    if errors:
+        raise InvalidDocument([f"{name}: {e.message}" for e in errors])
+    names = [d.name.value for d in ast.definitions
+             if isinstance(d, OperationDefinitionNode) and d.name]
+    if names != [name]:
+        raise InvalidDocument([f"{name}: the document must hold exactly one operation named so"])
+    try:
+        return ast, compile_operation(schema, ast)
+    except Unsupported as e:
+        raise InvalidDocument([f"{name}: cannot be compiled into a plan: {e}"]) from None
+
+
 def prepare(schema: GraphQLSchema) -> None:
     """Parse and validate every document against the schema; fail loudly."""
     problems: list[str] = []
     for op in OPERATIONS.values():
-        ast = parse(op.document)
-        errors = validate(schema, ast)
-        if errors:
-            problems.extend(f"{op.name}: {e.message}" for e in errors)
-            continue
-        names = [d.name.value for d in ast.definitions
-                 if isinstance(d, OperationDefinitionNode) and d.name]
-        if names != [op.name]:
-            problems.append(f"{op.name}: the document must hold exactly one operation named so")
-            continue
         try:
-            plan = compile_operation(schema, ast)
-        except Unsupported as e:
-            problems.append(f"{op.name}: cannot be compiled into a plan: {e}")
+            ast, plan = compile_document(schema, op.name, op.document)
+        except InvalidDocument as e:
+            problems.extend(e.problems)
             continue
         op._prepared["plan"] = plan
         if op.result is not None:
@@ -258,7 +274,7 @@ def prepare(schema: GraphQLSchema) -> None:
                 continue
             op._prepared["response_schema"] = response
     if problems:
-        raise RuntimeError("invalid operation documents:\n  " + "\n  ".join(problems))
+        raise InvalidDocument(problems)
 
 
 # ---------------------------------------------------------------------------
@@ -305,25 +321,33 @@ def bind_flat(op: Operation, arguments: Mapping[str, Any]) -> dict[str, Any]:
 # Execution
 
 
-async def run(op: Operation, variables: dict[str, Any], context: Context) -> tuple[Any, int]:
-    """Execute the pre-validated document; return the REST body and status."""
-    result = await op.plan.execute(context, variables)
+async def execute(plan: Plan, name: str, variables: dict[str, Any], context: Context
+                  ) -> dict[str, Any]:
+    """Run a compiled document; its data, or the `ApiError` a rule raised. Any
+    other error is logged and answered as `internal_error`."""
+    result = await plan.execute(context, variables)
     if result.errors:
         for error in result.errors:
             if isinstance(error.original_error, ApiError):
                 raise error.original_error
         log.error(
             "operation failed", exc_info=result.errors[0].original_error or result.errors[0],
-            extra={"operation": op.name, "request_id": context.request_id},
+            extra={"operation": name, "request_id": context.request_id},
         )
         raise internal_error()
+    assert result.data is not None
+    return result.data
+
+
+async def run(op: Operation, variables: dict[str, Any], context: Context) -> tuple[Any, int]:
+    """Execute the pre-validated document; return the REST body and status."""
+    data = await execute(op.plan, op.name, variables, context)
     if op.result is None:
         return None, op.status
-    assert result.data is not None
     status = op.status
-    if op.created is not None and not _at(result.data, op.created):
+    if op.created is not None and not _at(data, op.created):
         status = 200
-    body = _at(result.data, op.result)
+    body = _at(data, op.result)
     for path in op.omit_null:
         _drop_nulls(body, path.split("."))
     return body, status

@@ -12,14 +12,13 @@ import dataclasses
 from functools import cache
 from typing import Any, cast
 
-from graphql import GraphQLSchema, parse, validate
+from graphql import GraphQLSchema
 
 from db.database import Database, Tx
 from graph.context import Context, Services
-from graph.plan import Plan, compile_operation
+from graph.plan import Plan
 from kalends import registry
 from kalends.auth import Viewer
-from kalends.errors import ApiError, internal_error
 from kalends.operations.rsvps import RSVP_FIELDS
 from kalends.webhooks import Kind, Render
 
@@ -32,11 +31,7 @@ query webhookRsvp($event_id: ID!, $rsvp_id: ID!) {
 
 @cache
 def _rsvp_plan(schema: GraphQLSchema) -> Plan:
-    document = parse(_RSVP)
-    errors = validate(schema, document)
-    if errors:
-        raise RuntimeError(f"webhookRsvp: {errors[0].message}")
-    return compile_operation(schema, document)
+    return registry.compile_document(schema, "webhookRsvp", _RSVP)[1]
 
 
 def renderer(services: Services, schema: GraphQLSchema) -> Render:
@@ -56,11 +51,7 @@ def renderer(services: Services, schema: GraphQLSchema) -> Render:
             body, _ = await registry.run(
                 get_event, registry.bind(get_event, variables, {}, None), ctx)
             return cast(dict[str, Any], body)
-        result = await rsvp_plan.execute(ctx, variables)
-        if result.errors:
-            original = result.errors[0].original_error
-            raise original if isinstance(original, ApiError) else internal_error()
-        assert result.data is not None
-        return cast(dict[str, Any], result.data["event_rsvp"])
+        data = await registry.execute(rsvp_plan, "webhookRsvp", variables, ctx)
+        return cast(dict[str, Any], data["event_rsvp"])
 
     return render

@@ -25,14 +25,13 @@ from typing import Annotated, Any, Literal, get_args
 import asyncpg
 import orjson
 from pydantic import Field
-from yarl import URL
 
 from db import webhooks as store
 from db.database import Database, Tx
-from kalends import ids, jobs
+from kalends import ids, jobs, outbound
 from kalends.connected.vault import Vault
 from kalends.errors import ApiError
-from kalends.outbound import is_allowed_address, is_loopback_host
+from kalends.outbound import OutboundError
 from kalends.times import utc_text
 from kalends.validation import Body, Url
 
@@ -79,17 +78,15 @@ class WebhookEndpointCreate(WebhookEndpointUpdate):
 
 
 def check_url(url: str, *, allow_http: bool) -> None:
-    """https, or http to a loopback host when the operator allows it; an IP
-    literal must be public. Names are checked again, resolved, at each delivery."""
-    parsed = URL(url)
-    host = parsed.raw_host or ""
-    if parsed.scheme == "http":
-        if not (allow_http and is_loopback_host(host)):
-            raise _bad_url(url, "must be an https URL" + (
-                " (http only to a loopback host)" if allow_http else ""))
-        return
-    if (":" in host or host.replace(".", "").isdigit()) and not is_allowed_address(
-            host, allow_loopback=allow_http):
+    """What delivery will accept (kalends/outbound.py): https, or http to a
+    loopback host when the operator allows it; an IP literal must be public.
+    Names are checked again, resolved, at each delivery."""
+    try:
+        target = outbound.check_url(url, allow_http=allow_http)
+    except OutboundError:
+        raise _bad_url(url, "must be an https URL" + (
+            " (http only to a loopback host)" if allow_http else "")) from None
+    if outbound.is_refused_literal(target.raw_host or "", allow_loopback=allow_http):
         raise _bad_url(url, "must not point to a private, loopback or link-local address")
 
 
