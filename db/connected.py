@@ -329,7 +329,7 @@ async def agenda_events(db: Database, calendar_ids: Sequence[str], start: dateti
 _PUSHED = f"""
 SELECT DISTINCT ON (e.id) e.id, e.title, e.description, e.location, e.start_time,
        e.end_time, e.start_timezone, e.end_timezone, e.is_all_day, e.start_date,
-       e.end_date, e.recurrence_rule, e.status, e.transparency, e.updated_at
+       e.end_date, e.recurrence_rule, e.status, e.transparency, e.sequence, e.updated_at
 FROM external_calendars xc
 JOIN subscriptions s
   ON s.user_id = xc.user_id AND s.cleanup_requested_at IS NULL

@@ -170,6 +170,14 @@ async def for_mail(db: Database, event_id: str) -> asyncpg.Record | None:
     )
 
 
+async def lock_mail(tx: Tx, event_id: str) -> None:
+    """Until `tx` ends, no other attendee-mail job of this event runs: each then
+    sees what the one before it recorded as sent."""
+    await tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('kalends:attendee-mail:' || $1, 0))",
+        event_id)
+
+
 async def mail_sent(db: Database, event_id: str, sequence: int, method: str
                     ) -> set[str]:
     rows = await db.fetch(

@@ -284,8 +284,9 @@ def _occurrences(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | 
     except ApiError as exc:
         # Rules are checked when written; one that no longer expands must not take
         # the whole agenda down.
+        # It is left out, so the answer says it is not complete.
         log.warning("calendar event %s not expanded: %s", row["id"], exc.message)
-        return [], None
+        return [], "expansion_limit"
 
 
 def _timed(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:

@@ -9,9 +9,11 @@ calendar applications act on, `METHOD:CANCEL` for a cancelled event and
 (kalends/feeds.py), so the newest message wins whatever order they arrive in.
 
 Sent over SMTP with `aiosmtplib` (`KALENDS_SMTP_URL`); without it nothing is sent
-and a warning is logged once per process. Each address is recorded once sent
-(migration 0011), so a job that runs again (a retry after an SMTP failure, a
-worker lost mid-way) writes to no one twice for the same revision.
+and a warning is logged once per process; a refused or failed exchange is logged
+with the server's reply, and the job is retried. Each address is recorded once
+sent (migration 0011), and the jobs of one event take turns, so a job that runs
+again (a retry, a worker lost mid-way) or beside another writes to no one twice
+for the same method and revision (contract §12).
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from zoneinfo import ZoneInfo
 
 import aiosmtplib
 import asyncpg
-from icalendar import Calendar, vCalAddress
+from icalendar import vCalAddress
 
 from db import events as event_store
 from db import rsvps as rsvp_store
 from db.database import Database, Tx
-from kalends import feeds, jobs
+from kalends import feeds, ics, jobs
 
 log = logging.getLogger("kalends.mail")
 
@@ -64,18 +66,38 @@ def handlers(smtp_url: str | None, sender: str) -> dict[str, jobs.Handler]:
 
 async def _send(db: Database, event_id: str,
                 deliver: Callable[[EmailMessage], Awaitable[object]], sender: str) -> None:
-    event = await event_store.for_mail(db, event_id)
-    if event is None or not event["allow_notifications"]:
-        return  # deleted since, or notifications turned off since
-    method = "CANCEL" if event["status"] == "cancelled" else "REQUEST"
-    done = await event_store.mail_sent(db, event_id, event["sequence"], method)
-    for rsvp in await rsvp_store.to_notify(db, event_id):
-        address = rsvp["attendee_email"].lower()
-        if address in done:
-            continue
-        await deliver(message(event, rsvp, method, sender))
-        await event_store.record_mail(db, event_id, event["sequence"], method, address)
-        done.add(address)
+    # Jobs of one event take turns (several may be queued by quick changes and
+    # run at once): each sees what the one before it sent, so that an address gets
+    # one message per method and SEQUENCE. Sent addresses are recorded outside the
+    # lock's transaction, at once, so a job that fails half-way keeps its record.
+    async with db.transaction() as lock:
+        await event_store.lock_mail(lock, event_id)
+        event = await event_store.for_mail(db, event_id)
+        if event is None or not event["allow_notifications"]:
+            return  # deleted since, or notifications turned off since
+        method = "CANCEL" if event["status"] == "cancelled" else "REQUEST"
+        done = await event_store.mail_sent(db, event_id, event["sequence"], method)
+        for rsvp in await rsvp_store.to_notify(db, event_id):
+            address = rsvp["attendee_email"].lower()
+            if address in done:
+                continue
+            try:
+                await deliver(message(event, rsvp, method, sender))
+            except (aiosmtplib.SMTPException, OSError) as exc:
+                log.warning("attendee e-mail for event %s (%s, SEQUENCE %s) to %s failed: %s",
+                            event_id, method, event["sequence"], address, _reply(exc))
+                raise
+            await event_store.record_mail(db, event_id, event["sequence"], method, address)
+            done.add(address)
+
+
+def _reply(exc: Exception) -> str:
+    """What the SMTP server answered, as it said it."""
+    if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+        return "; ".join(_reply(refused) for refused in exc.recipients)
+    if isinstance(exc, aiosmtplib.SMTPResponseException):
+        return f"{exc.code} {exc.message}"
+    return str(exc) or type(exc).__name__
 
 
 def _smtp(url: str) -> Callable[[EmailMessage], Awaitable[object]]:
@@ -137,10 +159,6 @@ def _when(event: asyncpg.Record) -> str:
 
 def _calendar(event: asyncpg.Record, rsvp: asyncpg.Record, method: str, sender: str,
               name: str) -> str:
-    cal = Calendar()
-    cal.add("prodid", "-//Kalends//Kalends//EN")
-    cal.add("version", "2.0")
-    cal.add("method", method)
     vevent = feeds.vevent(event)
     organizer = vCalAddress(f"mailto:{sender}")
     organizer.params["CN"] = event["profile_name"]
@@ -152,7 +170,4 @@ def _calendar(event: asyncpg.Record, rsvp: asyncpg.Record, method: str, sender: 
     attendee.params["PARTSTAT"] = _PARTSTAT[rsvp["status"]]
     attendee.params["RSVP"] = "FALSE"
     vevent.add("attendee", attendee)
-    cal.add_component(vevent)
-    cal.add_missing_timezones()
-    text: str = cal.to_ical().decode()
-    return text
+    return ics.document([vevent], properties=[("method", method, None)]).decode()

@@ -24,6 +24,7 @@ from conftest import Api, LiveServer, migrated_database, new_event, new_profile
 from icalendar import Calendar
 
 from kalends import config
+from kalends.services import SETTINGS
 
 SENDER = "events@kalends.test"
 PARIS = "Europe/Paris"
@@ -201,3 +202,65 @@ async def test_without_an_smtp_url_nothing_is_sent_and_one_warning_says_why(
     warnings = [r for r in caplog.records if r.name == "kalends.mail"]
     assert [r.getMessage() for r in warnings] == [
         "attendee e-mail is not sent: KALENDS_SMTP_URL is not set"]
+
+
+async def _cancelled_with_attendees(mail: tuple[LiveServer, Inbox], api: Api, owner: Any
+                                    ) -> dict[str, Any]:
+    """An event cancelled, its three messages delivered by the worker, then its
+    record of them forgotten (as if its jobs had not run yet) and the inbox emptied."""
+    live, inbox = mail
+    profile = await new_profile(api, owner)
+    event = await new_event(api, owner, profile, title="Recital")
+    await _attendees(api, live, event)
+    code, _, _ = await api.post(f"/v1/events/{event['id']}/cancel", owner, json={})
+    assert code == 200
+    assert len(inbox.wait_for(3)) == 3
+    await asyncio.sleep(0.5)  # the job has recorded its last address
+    live.call(live.db.execute("DELETE FROM attendee_mail_sent WHERE event_id = $1",
+                              event["id"]))
+    inbox.received.clear()
+    return event
+
+
+async def test_jobs_of_one_event_running_at_once_write_to_each_address_once(
+    mail: tuple[LiveServer, Inbox],
+) -> None:
+    from kalends import attendee_mail
+
+    live, inbox = mail
+    async with _organizer(mail) as (api, owner):
+        event = await _cancelled_with_attendees(mail, api, owner)
+        smtp = attendee_mail._smtp(str(live.app[SETTINGS].smtp_url))
+
+        async def slow(message: EmailMessage) -> object:
+            await asyncio.sleep(0.2)  # long enough for the other jobs to start meanwhile
+            return await smtp(message)
+
+        async def three_jobs() -> None:
+            await asyncio.gather(*(attendee_mail._send(live.db, event["id"], slow, SENDER)
+                                   for _ in range(3)))
+
+        live.call(three_jobs())
+        recipients = [r for rcpts, _ in inbox.received for r in rcpts]
+        assert len(recipients) == 3, recipients  # not 9
+        assert len(set(recipients)) == 3
+
+
+async def test_a_refused_smtp_exchange_is_logged_with_the_servers_reply(
+    mail: tuple[LiveServer, Inbox], caplog: pytest.LogCaptureFixture,
+) -> None:
+    import aiosmtplib
+
+    from kalends import attendee_mail
+
+    live, inbox = mail
+    async with _organizer(mail) as (api, owner):
+        event = await _cancelled_with_attendees(mail, api, owner)
+        inbox.refuse = 1
+        smtp = attendee_mail._smtp(str(live.app[SETTINGS].smtp_url))
+        with caplog.at_level("WARNING", logger="kalends.mail"), \
+                pytest.raises(aiosmtplib.SMTPResponseException):
+            live.call(attendee_mail._send(live.db, event["id"], smtp, SENDER))
+        [warning] = [r.getMessage() for r in caplog.records if r.name == "kalends.mail"]
+        assert f"event {event['id']} (CANCEL, SEQUENCE 1)" in warning
+        assert warning.endswith("451 4.3.0 Try again later"), warning

@@ -1,6 +1,6 @@
 """Components stored and read back: the `times` JSON of `external_events`, the
-keys that match an override to the occurrence it replaces, the span index, and
-the component Kalends pushes for one of its own events.
+keys that match an override to the occurrence it replaces, and the span index.
+(The component Kalends pushes for one of its own events is `kalends.ics.of_event`.)
 
 Moments keep the provider's kind: a date (all-day), a wall-clock time in a
 named zone, a floating wall-clock time (no zone: the same clock reading in
@@ -17,13 +17,12 @@ from zoneinfo import ZoneInfo
 
 import orjson
 
-from kalends import times
+from kalends import ics, times
 from kalends.connected.provider import Component, Moment
 
 # No zone is further than this from UTC: floating times and dates are stored
 # with their span widened by it, so the window query never misses one.
 _WIDEST_OFFSET = timedelta(hours=14)
-UID_SUFFIX = "@kalends"
 _UTC_ZONE = ZoneInfo("UTC")
 
 
@@ -183,32 +182,10 @@ def digest(c: Component) -> str:
     return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def of_event(row: Mapping[str, Any], sequence: int = 0) -> Component:
-    """The component Kalends pushes for one of its events (an `events` row)."""
-    start: Moment
-    end: Moment | None
-    if row["is_all_day"]:
-        start, end = row["start_date"], row["end_date"]
-        zone = end_zone = None
-    else:
-        zone = row["start_timezone"]
-        start = row["start_time"].astimezone(ZoneInfo(zone)).replace(tzinfo=None)
-        end_zone = row["end_timezone"] or zone
-        end = None if row["end_time"] is None else \
-            row["end_time"].astimezone(ZoneInfo(end_zone)).replace(tzinfo=None)
-    return Component(
-        uid=row["id"] + UID_SUFFIX,
-        start=start, zone=zone, end=end, end_zone=end_zone if end is not None else None,
-        title=row["title"], description=row["description"], location=row["location"],
-        rrule=row["recurrence_rule"], cancelled=row["status"] == "cancelled",
-        transparent=row["transparency"] == "transparent", sequence=sequence,
-    )
-
-
 def mirrored_event(uid: str) -> str | None:
     """The Kalends event a pushed copy's UID names, if it names one."""
-    if uid.endswith(UID_SUFFIX):
-        event_id = uid.removesuffix(UID_SUFFIX).lower()
+    if uid.endswith(ics.UID_SUFFIX):
+        event_id = uid.removesuffix(ics.UID_SUFFIX).lower()
         if event_id.startswith("evt_") and len(event_id) == 36:
             return event_id
     return None

@@ -39,7 +39,7 @@ import asyncpg
 from db import connected as store
 from db import embedded
 from db.database import Database, Tx
-from kalends import ids, jobs
+from kalends import ics, ids, jobs
 from kalends.config import Settings
 from kalends.connected import components, vault
 from kalends.connected.provider import (
@@ -246,7 +246,7 @@ class Engine:
             await store.synced(tx, calendar_id, changes.token)
 
     async def _push(self, calendar: asyncpg.Record, adapter: Adapter) -> None:
-        wanted = {r["id"]: components.of_event(r)
+        wanted = {r["id"]: ics.of_event(r)
                   for r in await store.wanted_copies(self._db, calendar["id"])}
         have = {r["event_id"]: r for r in await store.pushes(self._db, calendar["id"])}
         if not wanted and not have:

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import icalendar
 
+from kalends import ics
 from kalends.connected.provider import Component, Moment
 
 log = logging.getLogger("kalends.connected")
@@ -107,38 +108,6 @@ def _dates(prop: Any) -> Iterable[Moment]:
 
 
 def serialize(c: Component) -> bytes:
-    """One VCALENDAR holding `c`, with the VTIMEZONEs its times use."""
-    calendar = icalendar.Calendar()
-    calendar.add("prodid", PRODID)
-    calendar.add("version", "2.0")
-    event = icalendar.Event()
-    event.add("uid", c.uid)
-    event.add("dtstamp", datetime.now(UTC).replace(microsecond=0))
-    event.add("dtstart", _aware(c.start, c.zone))
-    if c.end is not None:
-        event.add("dtend", _aware(c.end, c.end_zone or c.zone))
-    event.add("summary", c.title)
-    if c.description:
-        event.add("description", c.description)
-    if c.location:
-        event.add("location", c.location)
-    if c.rrule:
-        event.add("rrule", icalendar.vRecur.from_ical(c.rrule))
-    if c.exdates:
-        event.add("exdate", [_aware(m, c.zone) for m in c.exdates])
-    if c.rdates:
-        event.add("rdate", [_aware(m, c.zone) for m in c.rdates])
-    if c.recurrence_id is not None:
-        event.add("recurrence-id", _aware(c.recurrence_id, c.zone))
-    event.add("status", "CANCELLED" if c.cancelled else "CONFIRMED")
-    event.add("transp", "TRANSPARENT" if c.transparent else "OPAQUE")
-    event.add("sequence", c.sequence)
-    calendar.add_component(event)
-    calendar.add_missing_timezones()
-    return bytes(calendar.to_ical())
-
-
-def _aware(m: Moment, zone: str | None) -> Moment:
-    if isinstance(m, datetime) and m.tzinfo is None and zone:
-        return m.replace(tzinfo=ZoneInfo(zone))
-    return m
+    """One VCALENDAR holding `c`, with the VTIMEZONEs its times use (kalends/ics.py)."""
+    return ics.document([ics.vevent(c, stamp=datetime.now(UTC).replace(microsecond=0))],
+                        prodid=PRODID)

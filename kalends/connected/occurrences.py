@@ -1,5 +1,5 @@
 """Occurrences of connected events in an agenda window, as the provider defines
-them: a master's RRULE and RDATEs, less its EXDATEs, with each instance that
+them: a master's DTSTART, RRULE and RDATEs, less its EXDATEs, with each instance that
 an override (RECURRENCE-ID) replaces or cancels taken out and the override
 shown instead. Rules expand on the wall clock of the event's own zone with the
 same metered expander (`kalends.recurrence`) and bounds as Kalends' own
@@ -66,11 +66,18 @@ def expand(rows: Sequence[Mapping[str, Any]], w: Bounds, limit: int,
         except (ApiError, ValueError, OverflowError) as exc:
             # Read from a provider, not sent by our client: one event that does not
             # expand must not take the agenda down.
+            # It is left out, so the answer says it is not complete.
             log.warning("connected event %s not expanded: %s", group[0]["uid"], exc)
+            reason = "expansion_limit"
             continue
         found.extend(more)
-        reason = reason or why
+        reason = _worse(reason, why)
     return found, reason
+
+
+def _worse(a: Reason | None, b: Reason | None) -> Reason | None:
+    # Work that ran out (items may be missing anywhere) outranks a cut list.
+    return "expansion_limit" if "expansion_limit" in (a, b) else a or b
 
 
 def _mirror(row: Mapping[str, Any]) -> str | None:
@@ -182,7 +189,10 @@ def _timed_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reas
     if c.rrule is not None:
         expansion = recurrence.occurrences(
             _rule(c.rrule), wall, tz, w.start - (length or timedelta()), w.end, limit=limit + 1)
-        walls = [o.original_local for o in expansion.items]
+        # DTSTART is the first instance even where the rule would not select it
+        # (contract §12, as recurring-ical-events reads it); the rule's own
+        # instances, COUNT included, follow as dateutil gives them.
+        walls = [wall, *(o.original_local for o in expansion.items)]
         reason = expansion.incomplete_reason
     else:
         walls = [wall]
@@ -213,7 +223,7 @@ def _all_day_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Re
             _rule(c.rrule), datetime.combine(first, time()), _UTC,
             datetime.combine(w.first_day - length + timedelta(days=1), time(), UTC),
             datetime.combine(w.end_day, time(), UTC), limit=limit + 1)
-        days = [o.original_local.date() for o in expansion.items]
+        days = [first, *(o.original_local.date() for o in expansion.items)]  # as above
         reason = expansion.incomplete_reason
     else:
         days = [first]

@@ -1,0 +1,391 @@
+"""The one iCalendar writer (contract §12): the ICS feed, attendee e-mail (iMIP)
+and the copies pushed to connected calendars all write their VEVENTs and
+VTIMEZONEs here, so that every reader (ical.js, `icalendar` +
+`recurring-ical-events`, CalDAV servers) reads them to the agenda's instants.
+
+- A Kalends event becomes one `Component` (`of_event`): its `UID` and
+  `SEQUENCE` are the same everywhere, its rule is written without the `RRULE:`
+  prefix a request may have used, and a recurring event starts at its first
+  occurrence. (Kalends expands rules with dateutil, for which a start the rule
+  does not select is no occurrence; RFC 5545 readers count `DTSTART` as the
+  first instance. Starting at the first occurrence is where both agree.)
+- Every `TZID` used gets a `VTIMEZONE` made from the zone as `zoneinfo` (the
+  agenda's reference) has it: `STANDARD`/`DAYLIGHT` observances with yearly
+  `RRULE`s for every run of years a rule held, dated observances (one date per
+  `RDATE` property; readers such as ical.js read one date per line) for the
+  years that fit no rule, and an open-ended `RRULE` for the rule still in force,
+  so occurrences after 2038 are right too.
+"""
+
+from __future__ import annotations
+
+import calendar as _calendar
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import icalendar
+
+from kalends import recurrence, times
+from kalends.connected.provider import Component, Moment
+
+UID_SUFFIX = "@kalends"
+PRODID = "-//Kalends//Kalends//EN"
+
+_FIRST_WITHIN = timedelta(days=366 * 30)
+"""A rule's first occurrence is looked for this far from the stored start."""
+_HORIZON_YEARS = 10
+"""Zones are read this many years past the last year written, so that a rule
+still in force is recognised as one (and a zone with no rule is written out)."""
+_RULES_SETTLED = 2040
+"""Zones are read at least to here: tzdata lists explicit changes up to 2037 and
+its zones' rules from then on, so a rule that runs to here is the one in force.
+(Zones whose future changes follow no rule, such as Morocco's, are written out
+change by change to here or to the horizon, whichever is later.)"""
+_PROBE_STEP = timedelta(days=1)
+_WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
+_TZID_PROPERTIES = ("DTSTART", "DTEND", "RECURRENCE-ID", "RDATE", "EXDATE", "DUE")
+
+
+def uid(event_id: str) -> str:
+    """An event's iCalendar UID, the same in the feed, in mail and in pushed copies."""
+    return event_id + UID_SUFFIX
+
+
+def rule_text(rule: str) -> str:
+    """The RRULE value alone: the spec lets a request write the `RRULE:` prefix."""
+    text = rule.strip()
+    if text[:6].upper() == "RRULE:":
+        text = text[6:]
+    return text
+
+
+# --- Kalends events --------------------------------------------------------------
+
+
+def of_event(row: Mapping[str, Any]) -> Component:
+    """A Kalends event (an `events` row) as written everywhere: starting at its
+    first occurrence, with its rule alone and its revision as `SEQUENCE`."""
+    shift = _to_first_occurrence(row)
+    start: Moment
+    end: Moment | None
+    rule = row["recurrence_rule"]
+    if row["is_all_day"]:
+        start, end = row["start_date"] + shift, row["end_date"] + shift
+        zone = end_zone = None
+    else:
+        zone = row["start_timezone"]
+        start = (row["start_time"] + shift).astimezone(ZoneInfo(zone)).replace(tzinfo=None)
+        end_zone = row["end_timezone"] or zone
+        end = None if row["end_time"] is None else \
+            (row["end_time"] + shift).astimezone(ZoneInfo(end_zone)).replace(tzinfo=None)
+    return Component(
+        uid=uid(row["id"]),
+        start=start, zone=zone, end=end, end_zone=end_zone if end is not None else None,
+        title=row["title"], description=row["description"], location=row["location"],
+        rrule=rule_text(rule) if rule else None, cancelled=row["status"] == "cancelled",
+        transparent=row["transparency"] == "transparent", sequence=row["sequence"],
+    )
+
+
+def _to_first_occurrence(row: Mapping[str, Any]) -> timedelta:
+    """How far a recurring event's first occurrence is from its stored start
+    (zero when the rule selects the start, or never occurs)."""
+    rule = row["recurrence_rule"]
+    if not rule:
+        return timedelta()
+    t = times.of_row(row)
+    zone = ZoneInfo(row["start_timezone"])
+    if t.is_all_day:
+        local = datetime.combine(row["start_date"], time())
+        lower = local.replace(tzinfo=zone)
+    else:
+        local, lower = t.local_start, row["start_time"]
+    first = recurrence.occurrences(rule, local, zone, lower, lower + _FIRST_WITHIN, limit=1)
+    if not first.items:
+        return timedelta()
+    shift: timedelta
+    if t.is_all_day:
+        shift = first.items[0].original_local.date() - row["start_date"]
+    else:
+        shift = first.items[0].start - row["start_time"]
+    return shift
+
+
+# --- VEVENT and VCALENDAR --------------------------------------------------------
+
+
+def vevent(c: Component, *, stamp: datetime, created: datetime | None = None,
+           modified: datetime | None = None) -> icalendar.Event:
+    """`c` as a VEVENT: its times in their own zones, dates as dates."""
+    event = icalendar.Event()
+    event.add("uid", c.uid)
+    event.add("dtstamp", stamp)
+    if created is not None:
+        event.add("created", created)
+    if modified is not None:
+        event.add("last-modified", modified)
+    event.add("sequence", c.sequence)
+    event.add("summary", c.title)
+    if c.description:
+        event.add("description", c.description)
+    if c.location:
+        event.add("location", c.location)
+    event.add("dtstart", _aware(c.start, c.zone))
+    if c.end is not None:
+        event.add("dtend", _aware(c.end, c.end_zone or c.zone))
+    if c.recurrence_id is not None:
+        event.add("recurrence-id", _aware(c.recurrence_id, c.zone))
+    if c.rrule:
+        event.add("rrule", icalendar.vRecur.from_ical(rule_text(c.rrule)))
+    for m in c.rdates:  # one date per property: some readers take only the first of a list
+        event.add("rdate", _aware(m, c.zone))
+    for m in c.exdates:
+        event.add("exdate", _aware(m, c.zone))
+    event.add("status", "CANCELLED" if c.cancelled else "CONFIRMED")
+    event.add("transp", "TRANSPARENT" if c.transparent else "OPAQUE")
+    return event
+
+
+def _aware(m: Moment, zone: str | None) -> Moment:
+    if isinstance(m, datetime) and m.tzinfo is None and zone:
+        return m.replace(tzinfo=ZoneInfo(zone))
+    return m
+
+
+def document(events: Iterable[icalendar.Event], *, prodid: str = PRODID,
+             properties: Sequence[tuple[str, Any, Mapping[str, str] | None]] = ()) -> bytes:
+    """A VCALENDAR of `events`, after `properties` (name, value, parameters), with
+    a VTIMEZONE for every zone they name."""
+    cal = icalendar.Calendar()
+    cal.add("prodid", prodid)
+    cal.add("version", "2.0")
+    for name, value, parameters in properties:
+        if parameters:
+            cal.add(name, value, parameters=dict(parameters))
+        else:
+            cal.add(name, value)
+    spans: dict[str, _Years] = {}
+    for event in events:
+        _note_zones(event, spans)
+        cal.add_component(event)
+    for key in sorted(spans):
+        years = spans[key]
+        cal.add_component(vtimezone(key, years.first, years.last + _HORIZON_YEARS))
+    body: bytes = cal.to_ical()
+    return body
+
+
+@dataclass
+class _Years:
+    first: int
+    last: int
+
+
+def _note_zones(event: icalendar.Event, spans: dict[str, _Years]) -> None:
+    """Widen `spans` by the zoned times of `event` (and its rule's UNTIL)."""
+    found: list[tuple[str, int]] = []
+    for name in _TZID_PROPERTIES:
+        for prop in _as_list(event.get(name)):
+            tzid = prop.params.get("TZID")
+            if tzid:
+                found.extend((str(tzid), d.year) for d in _moments(prop))
+    if not found:
+        return
+    last_year = max(year for _, year in found)
+    for until in _as_list(event.get("RRULE")):
+        for value in until.get("UNTIL", []):
+            last_year = max(last_year, value.year)
+    for tzid, year in found:
+        span = spans.get(tzid)
+        if span is None:
+            spans[tzid] = _Years(year, last_year)
+        else:
+            span.first, span.last = min(span.first, year), max(span.last, last_year)
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _moments(prop: Any) -> Iterator[datetime | date]:
+    if hasattr(prop, "dts"):  # RDATE, EXDATE: a list type
+        for entry in prop.dts:
+            yield entry.dt[0] if isinstance(entry.dt, tuple) else entry.dt
+    else:
+        yield prop.dt
+
+
+# --- VTIMEZONE -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Transition:
+    at: datetime  # UTC
+    before: timedelta
+    after: timedelta
+    is_dst: bool
+    name: str
+
+    @property
+    def onset(self) -> datetime:
+        """The local wall time of the change, in the offset before it (RFC 5545 3.6.5)."""
+        return (self.at + self.before).replace(tzinfo=None)
+
+
+@dataclass
+class _Run:
+    """Transitions of one kind in consecutive years that one yearly rule produces."""
+    key: tuple[bool, timedelta, timedelta, str, int, time]
+    transitions: list[_Transition]
+    patterns: set[tuple[str, int, int]] = field(default_factory=set)
+
+
+def vtimezone(key: str, first_year: int, last_year: int) -> icalendar.Timezone:
+    """The VTIMEZONE of zone `key`, right for every instant from the start of
+    `first_year`, and beyond `last_year` for as long as its last rule holds."""
+    return _vtimezone(key, first_year, max(last_year, first_year, _RULES_SETTLED))
+
+
+@lru_cache(maxsize=256)
+def _vtimezone(key: str, first_year: int, last_year: int) -> icalendar.Timezone:
+    zone = ZoneInfo(key)
+    changes = list(_transitions(zone, first_year, last_year))
+    vtz = icalendar.Timezone()
+    vtz.add("tzid", key)
+    # Where the range starts: the offset then, so that nothing written is before
+    # every observance (readers would guess).
+    begin = datetime(first_year, 1, 1, tzinfo=UTC)
+    local = begin.astimezone(zone)
+    offset = local.utcoffset() or timedelta()
+    vtz.add_component(_observance(
+        bool(local.dst()), datetime(first_year, 1, 1), offset, offset, local.tzname() or key))
+    runs = _runs(changes)
+    singles: dict[tuple[bool, timedelta, timedelta, str], list[_Transition]] = {}
+    for run in runs:
+        if len(run.transitions) == 1 and not _open(run, last_year):
+            t = run.transitions[0]
+            singles.setdefault((t.is_dst, t.before, t.after, t.name), []).append(t)
+            continue
+        first = run.transitions[0]
+        observance = _observance(first.is_dst, first.onset, first.before, first.after,
+                                 first.name)
+        rule: dict[str, Any] = {"freq": "yearly", "bymonth": first.onset.month}
+        rule.update(_pattern_parts(_best(run.patterns, first.onset.month), first.onset.month))
+        if not _open(run, last_year):
+            rule["until"] = run.transitions[-1].at
+        observance.add("rrule", rule)
+        vtz.add_component(observance)
+    for (is_dst, before, after, name), dated in singles.items():
+        observance = _observance(is_dst, dated[0].onset, before, after, name)
+        for t in dated[1:]:
+            observance.add("rdate", t.onset)  # one date per RDATE property
+        vtz.add_component(observance)
+    return vtz
+
+
+def _observance(is_dst: bool, onset: datetime, before: timedelta, after: timedelta,
+                name: str) -> icalendar.cal.Component:
+    part = icalendar.TimezoneDaylight() if is_dst else icalendar.TimezoneStandard()
+    part.add("dtstart", onset)
+    part.add("tzoffsetfrom", before)
+    part.add("tzoffsetto", after)
+    part.add("tzname", name)
+    return part
+
+
+def _open(run: _Run, last_year: int) -> bool:
+    """Whether `run` is the rule still in force at the end of the range read."""
+    return len(run.transitions) > 1 and run.transitions[-1].at.year >= last_year
+
+
+def _transitions(zone: ZoneInfo, first_year: int, last_year: int) -> Iterator[_Transition]:
+    """Every change of UTC offset from the start of `first_year` to the end of
+    `last_year`, found by sampling and bisection (zoneinfo has no list of them;
+    beyond its table it applies the zone's rule, as this then reads)."""
+    at = datetime(first_year, 1, 1, tzinfo=UTC)
+    end = datetime(last_year + 1, 1, 1, tzinfo=UTC)
+    before = _offset(zone, at)
+    while at < end:
+        step = at + _PROBE_STEP
+        after = _offset(zone, step)
+        if after != before:
+            lo, hi = at, step
+            while hi - lo > timedelta(seconds=1):
+                mid = lo + (hi - lo) / 2
+                mid = mid.replace(microsecond=0)
+                if _offset(zone, mid) == before:
+                    lo = mid
+                else:
+                    hi = mid
+            local = hi.astimezone(zone)
+            yield _Transition(hi, before, after, bool(local.dst()), local.tzname() or "")
+            before = after
+        at = step
+
+
+def _offset(zone: ZoneInfo, at: datetime) -> timedelta:
+    return at.astimezone(zone).utcoffset() or timedelta()
+
+
+def _runs(changes: Sequence[_Transition]) -> list[_Run]:
+    """Changes grouped into runs of consecutive years that one yearly rule
+    (month, weekday on or after a day, or a fixed day; same time and offsets)
+    produces; a change that fits no run starts its own."""
+    runs: list[_Run] = []
+    current: dict[tuple[bool, timedelta, timedelta, str, int, time], _Run] = {}
+    for t in changes:
+        onset = t.onset
+        key = (t.is_dst, t.before, t.after, t.name, onset.month, onset.time())
+        patterns = _patterns(onset.date())
+        run = current.get(key)
+        if run is not None and run.transitions[-1].onset.year == onset.year - 1 \
+                and run.patterns & patterns:
+            run.transitions.append(t)
+            run.patterns &= patterns
+            continue
+        run = _Run(key, [t], patterns)
+        current[key] = run
+        runs.append(run)
+    return runs
+
+
+def _patterns(day: date) -> set[tuple[str, int, int]]:
+    """The yearly rules that select `day` within its month: ("on", weekday, d) is
+    the first `weekday` on or after day d (d = 1, 8, 15, 22 are the first to
+    fourth; the last is d = month length - 6), ("day", 0, d) the fixed day."""
+    found = {("day", 0, day.day)}
+    lowest = max(1, day.day - 6)
+    for d in range(lowest, day.day + 1):
+        found.add(("on", day.weekday(), d))
+    return found
+
+
+def _best(patterns: set[tuple[str, int, int]], month: int) -> tuple[str, int, int]:
+    """The rule to write among those that fit every year of a run: the way tz
+    rules are usually said (first to fourth, last) where it fits, a fixed day
+    for a run with no weekday in common, else the latest "weekday on or after"."""
+    weekdays = sorted(p for p in patterns if p[0] == "on")
+    if not weekdays:
+        return min(patterns)
+    last = _calendar.monthrange(2001, month)[1] - 6 if month != 2 else 0
+    usual = [p for p in weekdays if p[2] in (1, 8, 15, 22, last)]
+    return usual[0] if usual else weekdays[-1]
+
+
+def _pattern_parts(pattern: tuple[str, int, int], month: int) -> dict[str, Any]:
+    kind, weekday, d = pattern
+    if kind == "day":
+        return {"bymonthday": d}
+    name = _WEEKDAYS[weekday]
+    if d in (1, 8, 15, 22):
+        return {"byday": f"{(d + 6) // 7}{name}"}
+    # The last weekday of a month of fixed length (every month but February).
+    if month != 2 and d == _calendar.monthrange(2001, month)[1] - 6:
+        return {"byday": f"-1{name}"}
+    return {"byday": name, "bymonthday": list(range(d, d + 7))}

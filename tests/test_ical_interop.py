@@ -1,0 +1,143 @@
+"""Calendars that every client reads alike (contract §12): generated events are
+published, and the ICS feed and an iMIP message, read by Mozilla's ical.js (with
+the VTIMEZONEs Kalends wrote) and by `icalendar` + `recurring-ical-events`, must
+give exactly the instants the agenda gives a subscriber, over a year from each
+event's start. The same for copies pushed to CalDAV: test_connected_caldav.py."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import time
+from email.policy import default
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import Api, LiveServer, User, new_profile
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ical_readers import (
+    Window,
+    agenda_occurrences,
+    beside_changes,
+    event_bodies,
+    icaljs_occurrences,
+    python_occurrences,
+    window_of,
+    within,
+)
+
+from db import events as event_store
+from kalends import attendee_mail
+
+_SYNC_SECONDS = 30
+
+
+async def _subscribed(live: LiveServer, api: Api, owner: User, reader: User,
+                      bodies: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A public profile with the events of `bodies` that Kalends accepts, and
+    `reader` subscribed to it with every copy made."""
+    profile = await new_profile(api, owner)
+    created = []
+    for body in bodies:
+        status, event, _ = await api.post(f"/v1/profiles/{profile['id']}/events", owner,
+                                          json=body)
+        if status == 201:
+            created.append(event)
+        else:  # a rule with no occurrence: refused, as the spec says
+            assert status == 400 and event["error"]["param"] == "recurrence_rule", event
+    status, sub, _ = await api.post("/v1/subscriptions", reader, json={
+        "subscription_type": "profile", "profile_id": profile["id"]})
+    assert status == 201, sub
+    deadline = time.monotonic() + _SYNC_SECONDS
+    while await live.db.fetchval(
+            "SELECT count(*) FROM calendar_events WHERE calendar_id = $1 AND source_event_id"
+            " = ANY($2::text[])", reader.calendar_id, [e["id"] for e in created]
+    ) < len(created):
+        assert time.monotonic() < deadline, "subscription copies not made"
+        await asyncio.sleep(0.05)
+    return profile, created
+
+
+def _mime_calendar(message: email.message.EmailMessage) -> str:
+    parsed = email.message_from_bytes(message.as_bytes(), policy=default)
+    part = parsed.get_body(preferencelist=("calendar",))
+    assert part is not None
+    return str(part.get_content())
+
+
+async def _compare(live: LiveServer, owner: User, reader: User,
+                   bodies: list[dict[str, Any]]) -> None:
+    async with aiohttp.ClientSession() as session:
+        api = Api(session, live.url)
+        profile, created = await _subscribed(live, api, owner, reader, bodies)
+        async with session.get(f"{live.url}/v1/profiles/{profile['id']}/events.ics") as r:
+            assert r.status == 200
+            feed = await r.read()
+    for event in created:
+        row = await event_store.for_mail(live.db, event["id"])
+        rsvp = {"attendee_first_name": "Ada", "attendee_last_name": None,
+                "attendee_email": "ada@example.com", "status": "going"}
+        imip = _mime_calendar(attendee_mail.message(row, rsvp, "REQUEST",
+                                                    "events@kalends.test"))
+        window = window_of(event)
+        expected, complete = await agenda_occurrences(live.db, reader.email,
+                                                      reader.calendar_id, window)
+        assert complete, "the agenda expanded everything"
+        want = within(expected.get(event["title"], []), window)
+        uid = f"{event['id']}@kalends"  # contract §9
+        by_icaljs = await asyncio.to_thread(icaljs_occurrences, [feed, imip], window)
+        readers = {"ical.js (feed)": by_icaljs[0], "ical.js (iMIP)": by_icaljs[1],
+                   "recurring-ical-events (feed)": python_occurrences(feed, window),
+                   "recurring-ical-events (iMIP)": python_occurrences(imip, window)}
+        zones = {z for z in (event.get("start_timezone"), event.get("end_timezone")) if z}
+        for name, found in readers.items():
+            got = within(found.get(uid, []), window)
+            icaljs = name.startswith("ical.js")
+            got = beside_changes(got, zones, starts_too=icaljs)
+            expected_here = beside_changes(want, zones, starts_too=icaljs)
+            assert got == expected_here, _difference(name, event, window, got, expected_here)
+
+
+def _difference(reader: str, event: dict[str, Any], window: Window, got: list[Any],
+                want: list[Any]) -> str:
+    extra = [o for o in got if o not in want][:5]
+    missing = [o for o in want if o not in got][:5]
+    return (f"{reader} reads {len(got)} occurrences, the agenda {len(want)}, for "
+            f"{ {k: event.get(k) for k in ('start_time', 'end_time', 'start_timezone', 'end_timezone', 'start_date', 'end_date', 'recurrence_rule')} }"
+            f" in [{window.start:%Y-%m-%d}, {window.end:%Y-%m-%d}); only the reader: {extra};"
+            f" only the agenda: {missing}")
+
+
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=4).flatmap(
+    lambda keys: st.tuples(*(event_bodies(f"Event {i}-{k}") for i, k in enumerate(keys)))))
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+def test_feed_and_imip_read_alike_by_icaljs_recurring_ical_events_and_the_agenda(
+    live_server: LiveServer, bodies: tuple[dict[str, Any], ...],
+) -> None:
+    owner, reader = live_server.create_user(), live_server.create_user()
+    live_server.call(_compare(live_server, owner, reader, list(bodies)))
+
+
+@pytest.mark.parametrize("body", [
+    # A Sunday start that BYDAY=MO,TH does not select: the agenda has 8.
+    {"start_time": "2027-03-07T09:00", "end_time": "2027-03-07T10:00",
+     "recurrence_rule": "FREQ=WEEKLY;BYDAY=MO,TH;COUNT=8"},
+    # The prefix the spec allows, with UNTIL first.
+    {"start_time": "2027-06-07T16:00", "end_time": "2027-06-07T17:00",
+     "recurrence_rule": "RRULE:UNTIL=20270930T000000Z;BYDAY=MO;FREQ=WEEKLY"},
+    # Summer after 2038, all-day and a DST gap.
+    {"start_time": "2044-07-15T09:00", "recurrence_rule": "FREQ=YEARLY;COUNT=2"},
+    {"is_all_day": True, "start_date": "2027-03-27", "end_date": "2027-03-29",
+     "recurrence_rule": "FREQ=WEEKLY;COUNT=3"},
+    {"start_time": "2027-03-27T02:30", "end_time": "2027-03-27T03:30",
+     "recurrence_rule": "FREQ=DAILY;COUNT=3"},
+], ids=["off-rule-start", "rrule-prefix", "after-2038", "all-day", "dst-gap"])
+def test_the_cases_that_were_read_wrong(live_server: LiveServer, body: dict[str, Any]) -> None:
+    owner, reader = live_server.create_user(), live_server.create_user()
+    if "end_time" in body:
+        body = {**body, "end_timezone": "Europe/Paris"}
+    live_server.call(_compare(live_server, owner, reader, [
+        {"title": "Case", "start_timezone": "Europe/Paris", **body}]))
