@@ -170,11 +170,7 @@ def check(
     _need_naive(start_local)
     until_wall, until_instant = _until_bounds(parsed)
     try:
-        if until_wall is not None and (
-            until_wall < start_local
-            if until_instant is None
-            else until_instant < _instant(start_local, tz)
-        ):
+        if _ends_before(until_wall, until_instant, start_local, tz):
             raise _RuleError("UNTIL is before the event's start.")
         meter = _Meter(CHECK_WORK)
         for wall in _walls(parsed, start_local, start_local, until_wall, meter):
@@ -194,6 +190,22 @@ def check(
     except (ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
         # dateutil's own failures, e.g. near year 9999: a bad rule, never a 500.
         raise _invalid(f"The recurrence rule cannot be expanded: {exc}", rule, param) from None
+
+
+def ends_before_start(rule: str, start_local: datetime, tz: ZoneInfo) -> bool:
+    """Whether `rule`'s UNTIL is before `start_local` (naive, wall clock of `tz`):
+    a set that holds not even its start (RFC 5545 readers drop such a series)."""
+    until_wall, until_instant = _until_bounds(_parse_or_raise(rule, "recurrence_rule"))
+    return _ends_before(until_wall, until_instant, start_local, tz)
+
+
+def _ends_before(until_wall: datetime | None, until_instant: datetime | None,
+                 start_local: datetime, tz: ZoneInfo) -> bool:
+    if until_wall is None:
+        return False
+    if until_instant is None:
+        return until_wall < start_local
+    return until_instant < _instant(start_local, tz)
 
 
 # Expansions remembered: the agenda expands the same stored rules over the same

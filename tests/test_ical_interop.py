@@ -11,11 +11,12 @@ import email
 import time
 from email.policy import default
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
 from conftest import Api, LiveServer, User, new_profile
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from ical_readers import (
     Window,
@@ -29,7 +30,9 @@ from ical_readers import (
 )
 
 from db import events as event_store
-from kalends import attendee_mail
+from kalends import agenda, attendee_mail, ics
+from kalends.connected import engine, ical, occurrences
+from kalends.connected.provider import RemoteEvent
 
 _SYNC_SECONDS = 30
 
@@ -141,3 +144,64 @@ def test_the_cases_that_were_read_wrong(live_server: LiveServer, body: dict[str,
         body = {**body, "end_timezone": "Europe/Paris"}
     live_server.call(_compare(live_server, owner, reader, [
         {"title": "Case", "start_timezone": "Europe/Paris", **body}]))
+
+
+# --- Imported events (connected calendars) ----------------------------------------
+
+
+def _provider_text(body: dict[str, Any]) -> str:
+    """`body` as a provider would hold it: DTSTART as given (on or off its rule)."""
+    zone = body["start_timezone"]
+    lines = ["BEGIN:VEVENT", "UID:imported@provider", "DTSTAMP:20260101T000000Z",
+             f"SUMMARY:{body['title']}"]
+    if body.get("is_all_day"):
+        lines += [f"DTSTART;VALUE=DATE:{body['start_date'].replace('-', '')}",
+                  f"DTEND;VALUE=DATE:{body['end_date'].replace('-', '')}"]
+    else:
+        local = body["start_time"].replace("-", "").replace(":", "") + "00"
+        lines.append(f"DTSTART;TZID={zone}:{local}")
+        if "end_time" in body:
+            end = body["end_time"].replace("-", "").replace(":", "") + "00"
+            lines.append(f"DTEND;TZID={body['end_timezone']}:{end}")
+    if "recurrence_rule" in body:
+        lines.append("RRULE:" + ics.rule_text(body["recurrence_rule"]))
+    lines.append("END:VEVENT")
+    return "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//provider//EN\r\n" + \
+        "\r\n".join(lines) + "\r\nEND:VCALENDAR\r\n"
+
+
+def _imported(text: str, window: Window) -> tuple[list[Any], str | None]:
+    rows = [{**row, "calendar_id": "xcal_" + "0" * 32, "mirror_of": None}
+            for row in engine.event_rows([RemoteEvent("k.ics", None, ical.parse(text))])]
+    bounds = occurrences.Bounds(window.start, window.end, window.first_day, window.end_day,
+                                ZoneInfo("UTC"))
+    found, reason = occurrences.expand(rows, bounds, agenda.MAX_ITEMS, set())
+    return [("day", f.start_date, f.end_date) if f.start_date is not None
+            else ("timed", f.start, f.end) for f in found], reason
+
+
+@given(event_bodies("Imported"))
+@settings(max_examples=300, deadline=None, derandomize=True)
+def test_imported_events_expand_as_recurring_ical_events_reads_them(
+        body: dict[str, Any]) -> None:
+    # DTSTART is the first instance even where the rule would not select it
+    # (contract §12): an off-rule start is one of the generated cases.
+    text = _provider_text(body)
+    start = body.get("start_date") or body["start_time"][:10]
+    window = window_of({"start_date": start})
+    ours, reason = _imported(text, window)
+    assume(reason is None)
+    zones = {body["start_timezone"], body.get("end_timezone") or body["start_timezone"]}
+    got = beside_changes(within(ours, window), zones, starts_too=False)
+    want = beside_changes(within(python_occurrences(text, window).get("imported@provider", []),
+                                 window), zones, starts_too=False)
+    assert want == got, _difference("recurring-ical-events", body, window, want, got)
+
+
+def test_an_imported_rule_that_does_not_expand_makes_the_agenda_incomplete() -> None:
+    text = _provider_text({"title": "Broken", "start_timezone": "Europe/Paris",
+                           "start_time": "2027-03-01T09:00"}).replace(
+        "END:VEVENT", "RRULE:FREQ=WEEKLY;BYDAY=MO;COUNT=0\r\nEND:VEVENT")
+    window = window_of({"start_date": "2027-03-01"})
+    found, reason = _imported(text, window)
+    assert found == [] and reason == "expansion_limit"  # left out, and said so

@@ -190,9 +190,11 @@ def _timed_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reas
         expansion = recurrence.occurrences(
             _rule(c.rrule), wall, tz, w.start - (length or timedelta()), w.end, limit=limit + 1)
         # DTSTART is the first instance even where the rule would not select it
-        # (contract §12, as recurring-ical-events reads it); the rule's own
-        # instances, COUNT included, follow as dateutil gives them.
-        walls = [wall, *(o.original_local for o in expansion.items)]
+        # (contract §12, as recurring-ical-events reads it: unless UNTIL is before
+        # it); the rule's own instances, COUNT included, follow as dateutil gives them.
+        walls = [o.original_local for o in expansion.items]
+        if not recurrence.ends_before_start(_rule(c.rrule), wall, tz):
+            walls.insert(0, wall)
         reason = expansion.incomplete_reason
     else:
         walls = [wall]
@@ -223,7 +225,10 @@ def _all_day_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Re
             _rule(c.rrule), datetime.combine(first, time()), _UTC,
             datetime.combine(w.first_day - length + timedelta(days=1), time(), UTC),
             datetime.combine(w.end_day, time(), UTC), limit=limit + 1)
-        days = [first, *(o.original_local.date() for o in expansion.items)]  # as above
+        days = [o.original_local.date() for o in expansion.items]
+        if not recurrence.ends_before_start(_rule(c.rrule), datetime.combine(first, time()),
+                                            _UTC):
+            days.insert(0, first)  # as above
         reason = expansion.incomplete_reason
     else:
         days = [first]
