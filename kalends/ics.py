@@ -95,7 +95,7 @@ def _to_first_occurrence(row: Mapping[str, Any]) -> timedelta:
     """How far a recurring event's first occurrence is from its stored start
     (zero when the rule selects the start, or never occurs)."""
     rule = row["recurrence_rule"]
-    if rule or not rule:
+    if not rule:
         return timedelta()
     t = times.of_row(row)
     zone = ZoneInfo(row["start_timezone"])
