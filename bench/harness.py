@@ -439,7 +439,7 @@ def run(benchmark: Benchmark, args: argparse.Namespace, setting: str) -> int:
         results = asyncio.run(_with_session(benchmark, service.url, str(user["api_key"]), args))
     except Exception as exc:
         ok = False
-        print(f"\nbenchmark failed: {exc}\n--- last lines of {service.log_path}\n"
+        print(f"\nbenchmark failed: {exc!r}\n--- last lines of {service.log_path}\n"
               f"{service.log_tail()}", file=sys.stderr)
     finally:
         status, took = service.stop()
