@@ -42,9 +42,11 @@ _HORIZON_YEARS = 10
 still in force is recognised as one (and a zone with no rule is written out)."""
 _RULES_SETTLED = 2040
 """Zones are read at least to here: tzdata lists explicit changes up to 2037 and
-its zones' rules from then on, so a rule that runs to here is the one in force.
-(Zones whose future changes follow no rule, such as Morocco's, are written out
-change by change to here or to the horizon, whichever is later.)"""
+its zones' rules from then on, so a rule that runs to here is the one in force."""
+_IRREGULAR_UNTIL = 2100
+"""A zone still changing at `_RULES_SETTLED` by no rule (Morocco's and Gaza's
+changes follow Ramadan; tzdata lists them to 2087) is written out change by
+change to here."""
 _PROBE_STEP = timedelta(days=1)
 _WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 _TZID_PROPERTIES = ("DTSTART", "DTEND", "RECURRENCE-ID", "RDATE", "EXDATE", "DUE")
@@ -256,6 +258,13 @@ def vtimezone(key: str, first_year: int, last_year: int) -> icalendar.Timezone:
 def _vtimezone(key: str, first_year: int, last_year: int) -> icalendar.Timezone:
     zone = ZoneInfo(key)
     changes = list(_transitions(zone, first_year, last_year))
+    runs = _runs(changes)
+    if last_year < _IRREGULAR_UNTIL and any(
+            run.transitions[-1].at.year >= last_year - 2 and not _open(run, last_year)
+            for run in runs):
+        last_year = _IRREGULAR_UNTIL
+        changes = list(_transitions(zone, first_year, last_year))
+        runs = _runs(changes)
     vtz = icalendar.Timezone()
     vtz.add("tzid", key)
     # Where the range starts: the offset then, so that nothing written is before
@@ -265,7 +274,6 @@ def _vtimezone(key: str, first_year: int, last_year: int) -> icalendar.Timezone:
     offset = local.utcoffset() or timedelta()
     vtz.add_component(_observance(
         bool(local.dst()), datetime(first_year, 1, 1), offset, offset, local.tzname() or key))
-    runs = _runs(changes)
     singles: dict[tuple[bool, timedelta, timedelta, str], list[_Transition]] = {}
     for run in runs:
         if len(run.transitions) == 1 and not _open(run, last_year):
@@ -283,8 +291,11 @@ def _vtimezone(key: str, first_year: int, last_year: int) -> icalendar.Timezone:
         vtz.add_component(observance)
     for (is_dst, before, after, name), dated in singles.items():
         observance = _observance(is_dst, dated[0].onset, before, after, name)
-        for t in dated[1:]:
-            observance.add("rdate", t.onset)  # one date per RDATE property
+        if len(dated) > 1:
+            # One date per RDATE property, DTSTART's too: ical.js takes an
+            # observance with RDATEs to begin at its RDATEs alone.
+            for t in dated:
+                observance.add("rdate", t.onset)
         vtz.add_component(observance)
     return vtz
 

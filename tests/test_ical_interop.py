@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import email
 import time
+import zoneinfo
+from datetime import UTC, datetime, timedelta
 from email.policy import default
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -32,6 +34,7 @@ from ical_readers import (
 from db import events as event_store
 from kalends import agenda, attendee_mail, ics
 from kalends.connected import engine, ical, occurrences
+from kalends.connected.provider import Component as RemoteComponent
 from kalends.connected.provider import RemoteEvent
 
 _SYNC_SECONDS = 30
@@ -205,3 +208,46 @@ def test_an_imported_rule_that_does_not_expand_makes_the_agenda_incomplete() -> 
     window = window_of({"start_date": "2027-03-01"})
     found, reason = _imported(text, window)
     assert found == [] and reason == "expansion_limit"  # left out, and said so
+
+
+# --- VTIMEZONEs across zones and years --------------------------------------------
+
+
+def _zones_to_check() -> list[str]:
+    """Every ninth zone (by name), and zones whose rules changed or follow none."""
+    every = sorted(zoneinfo.available_timezones())
+    named = {"Europe/Paris", "America/New_York", "Asia/Kolkata", "Pacific/Chatham",
+             "Australia/Lord_Howe", "Africa/Casablanca", "Asia/Jerusalem", "America/Santiago",
+             "Europe/Moscow", "America/Sao_Paulo", "Asia/Tehran", "Pacific/Apia",
+             "America/Mexico_City", "Europe/Dublin", "Antarctica/Troll", "Asia/Gaza"}
+    return sorted(named | set(every[::9]) - {"Factory"})
+
+
+def test_vtimezones_read_by_icaljs_give_zoneinfos_offsets_from_2005_to_2045() -> None:
+    # A weekly 12:00 in each zone, 2005 to 2045, through the rule changes of
+    # those years (the US in 2007, Russia in 2011 and 2014, Morocco's changes,
+    # Mexico's end of DST in 2022, ...): ical.js, reading the VTIMEZONE written,
+    # must place every one where zoneinfo does.
+    first = datetime(2005, 1, 3, 12)
+    weeks = 2140
+    texts = []
+    zones = _zones_to_check()
+    for zone in zones:
+        c = RemoteComponent(uid=zone, start=first, zone=zone, rrule=f"FREQ=WEEKLY;COUNT={weeks}")
+        texts.append(ics.document([ics.vevent(c, stamp=first.replace(tzinfo=UTC))]))
+    window = Window(datetime(2005, 1, 1, tzinfo=UTC), datetime(2046, 1, 1, tzinfo=UTC))
+    read = icaljs_occurrences(texts, window)
+    wrong = {}
+    for zone, found in zip(zones, read, strict=True):
+        tz = ZoneInfo(zone)
+        want = []
+        for week in range(weeks):
+            wall = first + timedelta(weeks=week)
+            instant = wall.replace(tzinfo=tz).astimezone(UTC)
+            if instant < window.end and instant.astimezone(tz).replace(tzinfo=None) == wall:
+                want.append(instant)
+        got = [o[1] for o in found.get(zone, [])]
+        differing = sorted(set(got) ^ set(want))
+        if differing:
+            wrong[zone] = differing[:3]
+    assert not wrong, wrong
