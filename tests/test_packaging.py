@@ -36,3 +36,13 @@ def test_wheel_holds_every_module_and_migration(tmp_path: Path) -> None:
     assert expected, "no sources found"
     assert expected <= shipped, sorted(expected - shipped)
     assert any(name.endswith("entry_points.txt") for name in shipped)
+
+
+def test_the_readme_starts_with_its_title_then_the_two_set_up_commands() -> None:
+    # A newcomer reads the title, then the two commands for a fresh machine: one
+    # that installs and serves, one that installs and tests (which CI runs as is).
+    lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.strip()]
+    assert lines[0] == "# Kalends"
+    assert [line.strip() for line in lines[1:3]] == [
+        "pip install . && kalends serve", "pip install -e '.[test]' && pytest"]
+    assert lines[2].strip() in (ROOT / ".ci" / "run").read_text().splitlines()
