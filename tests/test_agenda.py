@@ -464,6 +464,22 @@ async def test_expansion_that_runs_out_of_work_is_reported(api: Any, user: Any) 
     assert "Plain" in titles(body)
 
 
+
+async def test_an_item_whose_stored_rule_no_longer_expands_is_left_out_and_said(
+        api: Any, user: Any, live_server: Any) -> None:
+    # Rules are checked when written; a stored one that no longer expands (an
+    # older release's, a hand-edited row) is left out, and the answer says so.
+    broken = await cal_event(api, user, title="Broken", recurrence_rule="FREQ=DAILY",
+                             **timed(soon(), "08:00", "08:30"))
+    await cal_event(api, user, title="Plain", **timed(soon(), "09:00", "10:00"))
+    live_server.call(live_server.db.execute(
+        "UPDATE calendar_events SET recurrence_rule = 'FREQ=DAILY;RRULE:FREQ=WEEKLY'"
+        " WHERE id = $1", broken["id"]))
+    body = await agenda(api, user, date=soon(), days=1)
+    assert titles(body) == ["Plain"]
+    assert (body["complete"], body["incomplete_reason"]) == (False, "expansion_limit")
+
+
 # ---------------------------------------------------------------------------
 # Synced copies
 
