@@ -79,14 +79,16 @@ class WebhookEndpointCreate(WebhookEndpointUpdate):
 
 def check_url(url: str, *, allow_http: bool) -> None:
     """What delivery will accept (kalends/outbound.py): https, or http to a
-    loopback host when the operator allows it; an IP literal must be public.
-    Names are checked again, resolved, at each delivery."""
+    loopback host when the operator allows it. An IP address, in whatever
+    spelling a URL parser or a resolver reads as one, must be public and written
+    as usual; `localhost` and names under it are loopback by definition. Every
+    name is checked again, resolved, at each delivery."""
     try:
         target = outbound.check_url(url, allow_http=allow_http)
     except OutboundError:
         raise _bad_url(url, "must be an https URL" + (
             " (http only to a loopback host)" if allow_http else "")) from None
-    if outbound.is_refused_literal(target.raw_host or "", allow_loopback=allow_http):
+    if outbound.is_refused_host(target.raw_host or "", allow_loopback=allow_http):
         raise _bad_url(url, "must not point to a private, loopback or link-local address")
 
 

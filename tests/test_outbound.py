@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
 
 from kalends import outbound
 from kalends.oauth.client_metadata import (
@@ -645,3 +647,182 @@ async def test_cancelled_caller_does_not_cancel_the_shared_fetch(
     assert metadata.client_id == client_id
     assert impatient.cancelled()
     assert server.hits == ["/client.json"]
+
+
+# -- hosts that a URL may not name (webhooks, at creation) ------------------------------------
+
+@pytest.mark.parametrize(("host", "refused", "with_loopback"), [
+    ("hooks.example.com", False, False),
+    ("8.8.8.8", False, False),
+    ("[2606:4700:4700::1111]", False, False),
+    ("localhost", True, False),
+    ("LOCALHOST.", True, False),
+    ("sub.localhost", True, False),
+    ("a.b.LocalHost.", True, False),
+    ("localhost.example.com", False, False),   # a name like any other
+    ("notlocalhost", False, False),
+    ("127.0.0.1", True, False),
+    ("[::1]", True, False),
+    # Every other spelling of an address is refused, loopback allowed or not: who
+    # reads it decides what it is.
+    ("0x7f.0.0.1", True, True),
+    ("0X7F.0.0.1", True, True),
+    ("0x7f000001", True, True),
+    ("0x7f.1", True, True),
+    ("127.1", True, True),
+    ("127.0.1", True, True),
+    ("2130706433", True, True),
+    ("0177.0.0.1", True, True),
+    ("017700000001", True, True),
+    ("127.0.0.1.", True, True),
+    ("0x08.8.8.8", True, True),                # 8.8.8.8, but not as written
+    ("134744072", True, True),                 # 8.8.8.8 as one number
+    ("1.2.3.0x4", True, True),
+    ("foo.0x7f", True, True),                  # a URL parser's IPv4, a failed one
+    ("foo.127", True, True),
+    ("0x", True, True),
+])
+def test_refused_hosts(host: str, refused: bool, with_loopback: bool) -> None:
+    assert outbound.is_refused_host(host) is refused
+    assert outbound.is_refused_host(host, allow_loopback=True) is with_loopback
+
+
+# -- connected accounts: where their traffic may go (contract §9) --------------------------------
+
+@pytest.mark.parametrize(("account", "target", "allowed"), [
+    ("https://caldav.icloud.com", "https://caldav.icloud.com/123/principal/", True),
+    ("https://caldav.icloud.com", "https://caldav.icloud.com:443/x", True),
+    ("https://caldav.icloud.com", "https://p42-caldav.icloud.com/123/calendars/", True),
+    ("https://caldav.icloud.com", "https://P42-CALDAV.icloud.com:8443/x", True),
+    ("https://caldav.icloud.com", "https://icloud.com/x", True),
+    ("https://caldav.icloud.com", "http://p42-caldav.icloud.com/x", False),   # https only
+    ("https://caldav.icloud.com", "http://caldav.icloud.com/x", False),       # another origin
+    ("https://caldav.icloud.com", "https://caldav.icloud.com.evil.example/x", False),
+    ("https://caldav.icloud.com", "https://icloud.com.evil.example/x", False),
+    ("https://caldav.icloud.com", "https://evil.example/x", False),
+    ("https://caldav.icloud.com", "https://17.0.0.1/x", False),
+    ("https://caldav.icloud.com", "https://[::1]/x", False),
+    ("https://caldav.icloud.com", "ftp://caldav.icloud.com/x", False),
+    ("https://caldav.icloud.com", "/relative", False),
+    ("https://a.github.io", "https://b.github.io/x", False),    # a public suffix's tenants
+    ("https://a.github.io", "https://x.a.github.io/x", True),
+    ("https://cal.example.co.uk", "https://p1.example.co.uk/x", True),
+    ("https://cal.example.co.uk", "https://other.co.uk/x", False),
+    ("http://127.0.0.1:5232", "http://127.0.0.1:5232/user/", True),          # its own origin
+    ("http://127.0.0.1:5232", "http://127.0.0.1:5233/user/", False),
+    ("http://127.0.0.1:5232", "http://127.0.0.2:5232/user/", False),
+    ("http://127.0.0.1:5232", "https://127.0.0.1:5232/user/", False),
+    ("http://10.1.2.3", "https://10.1.2.4/x", False),          # IPs have no domain
+    ("https://graph.microsoft.com/v1.0", "https://graph.microsoft.com/v1.0/me?$skiptoken=1",
+     True),
+])
+def test_account_origins(account: str, target: str, allowed: bool) -> None:
+    origins = outbound.AccountOrigins(account)
+    if allowed:
+        assert origins.check(target) == URL(target)
+    else:
+        with pytest.raises(outbound.Refused) as refused:
+            origins.check(target)
+        host = URL(target).raw_host
+        assert host is None or host in refused.value.reason
+
+
+class Names(AbstractResolver):
+    """Answers each name with the address given, as a DNS server could."""
+
+    def __init__(self, **names: str) -> None:
+        self.names = {k.replace("_", "-"): v for k, v in names.items()}
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        return [{"hostname": host, "host": self.names[host], "port": port,
+                 "family": socket.AF_INET, "proto": 0, "flags": 0}]
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_account_origin_anywhere_other_hosts_public_only(server: Server) -> None:
+    server.routes["/dav"] = json_handler({"ok": True})
+    names = Names(**{"cal.example.test": "127.0.0.1", "p1.example.test": "127.0.0.1"})
+    origins = outbound.AccountOrigins(f"http://cal.example.test:{server.port}")
+    async with outbound.account_session(resolver=names) as session:
+        # The account's own origin, which the operator chose: a loopback address is fine.
+        answer = await origins.request(session, "GET", f"http://cal.example.test:{server.port}/dav")
+        assert answer.status == 200 and orjson.loads(answer.body) == {"ok": True}
+        # Another host of the same site: only at a public address.
+        with pytest.raises(outbound.Refused, match=r"p1\.example\.test"):
+            await origins.request(session, "GET", f"https://p1.example.test:{server.port}/dav")
+        # Outside the trusted block, not even the account's host is reached (a pooled
+        # connection included).
+        with pytest.raises(outbound.Refused):
+            await session.get(f"http://cal.example.test:{server.port}/dav")
+        with pytest.raises(outbound.Refused):
+            await session.get(server.url("/dav"))
+    assert server.hits == ["/dav"]
+
+
+async def test_pooled_connection_is_checked_again(server: Server) -> None:
+    # One session serves every account: a connection opened for an account that
+    # trusts its loopback host is not lent to one that does not.
+    server.routes["/dav"] = json_handler({"ok": True})
+    names = Names(**{"shared.example.test": "127.0.0.1"})
+    mine = outbound.AccountOrigins(f"https://shared.example.test:{server.port}",
+                                   f"http://shared.example.test:{server.port}")
+    theirs = outbound.AccountOrigins(f"https://cal.example.test:{server.port}")
+    url = f"http://shared.example.test:{server.port}/dav"
+    async with outbound.account_session(resolver=names) as session:
+        assert (await mine.request(session, "GET", url)).status == 200
+        with theirs.trusting(session), pytest.raises(outbound.Refused):
+            await session.get(url)
+    assert server.hits == ["/dav"]
+
+
+async def test_account_request_needs_the_account_session(server: Server) -> None:
+    async with aiohttp.ClientSession() as plain:
+        with pytest.raises(TypeError):
+            await outbound.AccountOrigins(server.url("/")).request(plain, "GET", server.url("/"))
+    assert server.hits == []
+
+
+async def test_account_redirects(server: Server) -> None:
+    seen: list[tuple[str, str, bytes]] = []
+
+    async def record(request: web.Request) -> web.StreamResponse:
+        seen.append((request.method, request.path_qs, await request.read()))
+        return web.json_response({"at": request.path})
+
+    def redirect(status: int, location: str) -> Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            seen.append((request.method, request.path_qs, await request.read()))
+            return web.Response(status=status, headers={"Location": location})
+        return handle
+
+    async with serve() as other, outbound.account_session() as session:
+        server.routes.update({
+            "/final": record,
+            "/307": redirect(307, "/final?kept=1"),
+            "/303": redirect(303, server.url("/final")),
+            "/loop": redirect(302, "/loop"),
+            "/away": redirect(301, other.url("/final")),
+            "/away-by-name": redirect(308, f"http://localhost:{other.port}/final"),
+        })
+        origins = outbound.AccountOrigins(server.url("/"))
+        # Followed on the account's origin: method and body kept (307), the query the
+        # redirect's own.
+        answer = await origins.request(session, "REPORT", server.url("/307"), data=b"<x/>",
+                                       params={"q": "first"})
+        assert answer.status == 200 and answer.url == URL(server.url("/final?kept=1"))
+        assert seen == [("REPORT", "/307?q=first", b"<x/>"), ("REPORT", "/final?kept=1", b"<x/>")]
+        seen.clear()
+        # 303: a GET without the body.
+        await origins.request(session, "POST", server.url("/303"), data=b"form")
+        assert seen == [("POST", "/303", b"form"), ("GET", "/final", b"")]
+        # Elsewhere (another port, another name for the same host): not followed.
+        for path in ("/away", "/away-by-name"):
+            with pytest.raises(outbound.Refused, match=r"127\.0\.0\.1|localhost"):
+                await origins.request(session, "PROPFIND", server.url(path), data=b"<x/>",
+                                      headers={"Authorization": "Basic dTpw"})
+        with pytest.raises(outbound.OutboundError, match="redirects"):
+            await origins.request(session, "GET", server.url("/loop"))
+        assert other.hits == []

@@ -109,6 +109,18 @@ async def test_update_list_and_delete(api: Api, make_user: Any) -> None:
     ({"url": "https://[fe80::1]/x"}, "invalid_field", "url"),
     ({"url": "https://[::ffff:192.168.0.1]/x"}, "invalid_field", "url"),
     ({"url": "http://localhost:9000/x"}, "invalid_field", "url"),
+    # Loopback by name (RFC 6761), and IPv4 in the spellings a URL parser or a
+    # resolver (inet_aton) reads as an address: refused now, not only at delivery.
+    ({"url": "https://localhost:8443/x"}, "invalid_field", "url"),
+    ({"url": "https://LOCALHOST.:8443/x"}, "invalid_field", "url"),
+    ({"url": "https://sub.localhost/x"}, "invalid_field", "url"),
+    ({"url": "https://0x7f.0.0.1:8443/x"}, "invalid_field", "url"),
+    ({"url": "https://0x7f000001/x"}, "invalid_field", "url"),
+    ({"url": "https://0x7f.1/x"}, "invalid_field", "url"),
+    ({"url": "https://127.1/x"}, "invalid_field", "url"),
+    ({"url": "https://2130706433/x"}, "invalid_field", "url"),
+    ({"url": "https://0177.0.0.1/x"}, "invalid_field", "url"),
+    ({"url": "https://169.254.43518/latest/meta-data"}, "invalid_field", "url"),
     ({"url": "not a url"}, "invalid_field", "url"),
     ({}, "missing_field", "url"),
     ({"url": URL, "event_types": []}, "invalid_field", "event_types"),

@@ -5,7 +5,8 @@ are stored sealed by the vault."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
+
+from yarl import URL
 
 from db import connected as store
 from db.database import Database
@@ -18,6 +19,7 @@ from kalends.connected.provider import (
     Credentials,
     CredentialsRefused,
     Gone,
+    OriginRefused,
     ProviderError,
 )
 
@@ -31,8 +33,7 @@ async def connect(db: Database, settings: Settings, email: str, provider: str,
                          "refresh token)")
     if provider == "ios" and not username:
         raise AdminError("--username is required for ios (CalDAV)")
-    if url is not None and (urlsplit(url).scheme not in ("http", "https")
-                            or not urlsplit(url).hostname):
+    if url is not None and not _is_http_url(url):
         raise AdminError(f"--url {url!r} is not an http(s) URL")
     user = await find_user(db, email)
     credentials = Credentials(provider=provider, secret=secret, url=url,
@@ -44,6 +45,8 @@ async def connect(db: Database, settings: Settings, email: str, provider: str,
             found = await adapter.calendars()
         except CredentialsRefused as exc:
             raise AdminError(f"the provider refused these credentials ({exc})") from None
+        except OriginRefused as exc:
+            raise AdminError(f"not connected: the provider pointed elsewhere: {exc}") from None
         except ProviderError as exc:
             raise AdminError(f"could not reach the provider: {exc}") from None
     sealed = engine.open_vault(settings).seal(adapter.secret)
@@ -135,6 +138,15 @@ async def select(db: Database, calendar_id: str, selected: str) -> dict[str, Any
     if not await store.select(db, calendar_id, selected == "true"):
         raise AdminError(f"no connected calendar {calendar_id}")
     return {"id": calendar_id, "selected": selected == "true"}
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        parsed = URL(url)
+        return parsed.scheme in ("http", "https") and bool(parsed.raw_host) and (
+            parsed.port is not None)
+    except ValueError:
+        return False
 
 
 def _id(prefix: str, value: str, option: str) -> str:

@@ -7,10 +7,18 @@ the changed objects are then fetched with `calendar-multiget`. A sync token
 the server no longer knows (403/409 naming `valid-sync-token`) means a full
 sync. Writes are conditional: `If-None-Match: *` to create, `If-Match` to
 replace or delete.
+
+Every request goes through `AccountOrigins` (contract §9): to the origin of the
+account's URL, or to an https host of its registrable domain at a public
+address (iCloud's partition hosts); an href or a redirect anywhere else is
+refused before anything is sent there. Answers are parsed by defusedxml: no
+DTD entities, no external references.
 """
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import hashlib
 import re
 from collections.abc import Iterator, Sequence
@@ -18,8 +26,11 @@ from typing import Any, NamedTuple
 from xml.etree import ElementTree
 
 import aiohttp
+from defusedxml import DefusedXmlException
+from defusedxml import ElementTree as SafeElementTree
 from yarl import URL
 
+from kalends import outbound
 from kalends.connected import ical
 from kalends.connected.components import zone_of
 from kalends.connected.provider import (
@@ -29,6 +40,7 @@ from kalends.connected.provider import (
     Credentials,
     CredentialsRefused,
     Gone,
+    OriginRefused,
     Provider,
     ProviderError,
     ProviderSettings,
@@ -66,6 +78,7 @@ class CalDavAdapter:
                                                          credentials.secret)
         self._secret = credentials.secret
         self._base = URL(credentials.url or settings.caldav_url)
+        self._origins = outbound.AccountOrigins(str(self._base))
         self._timeout = aiohttp.ClientTimeout(total=settings.timeout_seconds)
 
     @property
@@ -93,7 +106,7 @@ class CalDavAdapter:
                     c.get("name") == "VEVENT" for c in components):
                 continue
             found.append(RemoteCalendar(
-                remote_id=str(home.join(URL(href))),
+                remote_id=str(self._checked(home.join(URL(href)))),
                 name=_text(props.get(_q(_DAV, "displayname"))) or href.rstrip("/").rsplit(
                     "/", 1)[-1],
                 description=_text(props.get(_q(_CAL, "calendar-description"))),
@@ -179,6 +192,8 @@ class CalDavAdapter:
         start = self._base.join(URL("/.well-known/caldav"))
         try:
             context, found = await self._propfind_one(start, principal_body)
+        except OriginRefused:
+            raise  # the server named a destination: going elsewhere instead is no answer
         except ProviderError:
             context, found = await self._propfind_one(self._base, principal_body)
         principal = _href_in(found.get(_q(_DAV, "current-user-principal")))
@@ -191,7 +206,14 @@ class CalDavAdapter:
         home = _href_in(found.get(_q(_CAL, "calendar-home-set")))
         if home is None:
             raise ProviderError(f"{principal_url}: no calendar-home-set")
-        return context.join(URL(home))
+        return self._checked(context.join(URL(home)))
+
+    def _checked(self, url: URL) -> URL:
+        """`url` if this account's requests may go there, else OriginRefused."""
+        try:
+            return self._origins.check(url)
+        except outbound.Refused as exc:
+            raise OriginRefused(exc.reason) from None
 
     async def _propfind_one(self, url: URL, body: str) -> tuple[URL, dict[str, Any]]:
         status, text, reply = await self._request("PROPFIND", url, body, {"Depth": "0"})
@@ -234,17 +256,16 @@ class CalDavAdapter:
             headers = {"Content-Type": "application/xml; charset=utf-8"} | headers
             body = body.encode()
         try:
-            async with self._session.request(
-                method, url, data=body,
+            reply = await self._origins.request(
+                self._session, method, url, data=body,
                 headers=headers | {"Authorization": self._authorization},
-                timeout=self._timeout, allow_redirects=True,
-            ) as reply:
-                text = await reply.text(errors="replace")
-                status = reply.status
-                answer = _Reply(reply.url, reply.headers.get("ETag"),
-                                reply.headers.get("Retry-After"))
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise ProviderError(f"{url}: {type(exc).__name__}: {exc}") from exc
+                timeout=self._timeout)
+        except outbound.Refused as exc:
+            raise OriginRefused(f"{url}: {exc.reason}") from exc
+        except outbound.OutboundError as exc:
+            raise ProviderError(f"{url}: {exc.reason}") from exc
+        status, text = reply.status, _decode(reply)
+        answer = _Reply(reply.url, reply.headers.get("ETag"), reply.headers.get("Retry-After"))
         if status == 401:
             raise CredentialsRefused(f"{url}: credentials refused")
         if status in (429, 503):
@@ -256,11 +277,25 @@ def _error(status: int, text: str, url: URL) -> ProviderError:
     return ProviderError(f"{url}: HTTP {status}: {text[:200]}")
 
 
+def _decode(reply: outbound.Answer) -> str:
+    charset = "utf-8"
+    content_type = reply.headers.get("Content-Type", "")
+    match = re.search(r"charset=\"?([\w.:-]+)", content_type, re.IGNORECASE)
+    if match is not None:
+        with contextlib.suppress(LookupError):
+            charset = codecs.lookup(match.group(1)).name
+    return reply.body.decode(charset, errors="replace")
+
+
 def _xml(text: str) -> ElementTree.Element:
+    # No entity is expanded (a "billion laughs" answer fails at its first
+    # declaration, before any expansion) and no external reference is loaded.
     try:
-        return ElementTree.fromstring(text)
-    except ElementTree.ParseError as exc:
+        root: ElementTree.Element = SafeElementTree.fromstring(
+            text, forbid_dtd=False, forbid_entities=True, forbid_external=True)
+    except (ElementTree.ParseError, DefusedXmlException) as exc:
         raise ProviderError(f"unreadable XML answer: {exc}") from exc
+    return root
 
 
 def _responses(root: ElementTree.Element) -> list[tuple[str, dict[str, Any]]]:

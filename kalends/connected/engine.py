@@ -39,7 +39,7 @@ import asyncpg
 from db import connected as store
 from db import embedded
 from db.database import Database, Tx
-from kalends import ics, ids, jobs
+from kalends import ics, ids, jobs, outbound
 from kalends.config import Settings
 from kalends.connected import components, vault
 from kalends.connected.provider import (
@@ -85,10 +85,8 @@ def adapter_for(provider: str, session: aiohttp.ClientSession, credentials: Cred
 
 
 def new_session() -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        headers={"User-Agent": "Kalends/1 (connected calendars)"},
-        connector=aiohttp.TCPConnector(limit_per_host=4),
-    )
+    # The adapters send through it only where contract §9 lets the account's traffic go.
+    return outbound.account_session()
 
 
 async def queue_sync(tx: Tx, account_id: str, *, push_only: bool = False,
