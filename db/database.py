@@ -7,6 +7,7 @@ number of statements whatever its size.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -59,12 +60,22 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self, isolation: str = "read_committed") -> AsyncIterator[Tx]:
-        async with (
-            _unavailable_on_connection_loss(),
-            self.pool.acquire() as conn,
-            conn.transaction(isolation=isolation),
-        ):
-            yield Tx(conn, self)
+        async with _unavailable_on_connection_loss(), self.pool.acquire() as conn:
+            work_failed: BaseException | None = None
+            try:
+                async with conn.transaction(isolation=isolation):
+                    try:
+                        yield Tx(conn, self)
+                    except BaseException as exc:
+                        work_failed = exc
+                        raise
+            except Exception as leaving:
+                outcome = _outcome(work_failed, leaving)
+                if outcome is leaving:
+                    raise
+            else:
+                return
+            raise outcome  # out of the `except`: it keeps its own chain for the log
 
 
 class Tx:
@@ -109,21 +120,68 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     the pool, and its RESET ALL undid that time zone after a connection's first use."""
 
 
+# What asyncpg's InterfaceError says when the connection under it has gone: the
+# connection itself, the protocol, or a resource on it (a transaction that cannot
+# roll back). Its other messages ("another operation is in progress", "released back
+# to the pool", and DataError's "invalid input for query argument") name bugs: 500s.
+_CLOSED = re.compile(
+    r"(?:cannot perform operation: |cannot call \w+\.\w+\(\): the underlying )?"
+    r"connection (?:is closed|was closed in the middle of operation)"
+)
+# What a pooled connection's proxy says once the pool has taken it back: after the
+# transaction (a bug: a Tx kept too long), or when the connection closed under it.
+_RELEASED = re.compile(
+    r"cannot call Connection\.\w+\(\): connection has been released back to the pool")
+
+# The forms a vanished server takes. Sockets: refused, reset, a unix socket gone, a
+# connect or statement timing out (TimeoutError is an OSError). PostgreSQL: SQLSTATE
+# class 08, a server shutting down or crashed (57P01, 57P02), one not yet accepting
+# connections while it starts and recovers (57P03), every slot taken (53300).
+_LOSS = (
+    OSError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    if isinstance(exc, _LOSS):
+        return True
+    if isinstance(exc, asyncpg.exceptions.InternalClientError):
+        # What asyncpg's protocol says when the server died mid-exchange (logged in
+        # full below, in case it ever means something else); others are its bugs.
+        return str(exc).startswith("cannot switch to state") or str(exc) == "not connected"
+    return isinstance(exc, asyncpg.exceptions.InterfaceError) and bool(
+        _CLOSED.fullmatch(str(exc)))
+
+
+def _outcome(work_failed: BaseException | None, leaving: Exception) -> BaseException:
+    """What a transaction failed with, when leaving it (its commit or rollback) raised
+    `leaving`. When that says the connection is gone, the
+    transaction went with it (PostgreSQL discards what a vanished session left
+    uncommitted), so if the work had already failed, that failure is the answer: a
+    refusal, a bug, or the lost connection seen first; not asyncpg's "cannot call
+    Transaction.__aexit__(): the underlying connection is closed" over it."""
+    if work_failed is None or leaving is work_failed or not _connection_lost(leaving):
+        return leaving
+    if isinstance(work_failed, asyncpg.exceptions.InterfaceError) and _RELEASED.fullmatch(
+            str(work_failed)):
+        return leaving  # the pool took the connection back as it closed: the same loss
+    return work_failed
+
+
 @asynccontextmanager
 async def _unavailable_on_connection_loss() -> AsyncIterator[None]:
+    """The one place where a lost database becomes `503 service_unavailable`: every
+    query, and every transaction from acquiring its connection to releasing it."""
     try:
         yield
-    except (
-        OSError,  # includes timeouts and a vanished socket
-        asyncpg.exceptions.PostgresConnectionError,  # SQLSTATE class 08
-        asyncpg.exceptions.AdminShutdownError,
-        asyncpg.exceptions.CrashShutdownError,
-        asyncpg.exceptions.CannotConnectNowError,
-        asyncpg.exceptions.TooManyConnectionsError,
-    ) as exc:
-        raise ApiError("service_unavailable", "The database is unreachable; retry.") from exc
-    except asyncpg.exceptions.InternalClientError as exc:
-        # What asyncpg raises on a connection whose server died mid-exchange ("cannot
-        # switch to state ..."); logged in full in case it ever means something else.
-        log.warning("database connection in a broken state", exc_info=True)
+    except Exception as exc:
+        if not _connection_lost(exc):
+            raise
+        if isinstance(exc, asyncpg.exceptions.InternalClientError):
+            log.warning("database connection in a broken state", exc_info=True)
         raise ApiError("service_unavailable", "The database is unreachable; retry.") from exc

@@ -274,3 +274,21 @@ def assert_postgres_stopped(pgdata: Path, known: list[psutil.Process], timeout: 
                             ) -> None:
     left = wait_until_gone([*known, *postgres_of(pgdata)], timeout)
     assert not left, f"postgres survived: {[(p.pid, p.cmdline()) for p in left]}"
+
+
+def postmaster_pid(pgdata: Path) -> int | None:
+    """The pid in `postmaster.pid` (None while there is none, or it is half written)."""
+    try:
+        return int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+
+
+def create_user(data_dir: Path, env: dict[str, str] | None = None) -> str:
+    """A new user made by `kalends admin create-user` on the served database: its API key."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kalends", "admin", "create-user",
+         "--email", f"user-{secrets.token_hex(4)}@example.com"],
+        cwd=ROOT, env=env or service_env(data_dir), capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-4000:]
+    return str(json.loads(proc.stdout)["api_key"])
