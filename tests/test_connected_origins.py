@@ -510,15 +510,6 @@ async def test_google_redirect_on_its_own_origin_is_followed(world: World) -> No
     world.other.assert_untouched()
 
 
-async def test_google_token_endpoint_redirect_sends_nothing_elsewhere(world: World) -> None:
-    _google_calendar(world)
-    world.g_fake.hooks["before"] = lambda request, _: redirect_to(
-        world.other.origin + "/token") if request.path == "/token" else None
-    with pytest.raises(AdminError):
-        connect_oauth(world, "google", world.google.grant())
-    world.other.assert_untouched()
-
-
 # -- Microsoft -------------------------------------------------------------------------------
 
 
@@ -560,4 +551,41 @@ async def test_microsoft_delta_link_elsewhere_is_sync_failed(world: World, api: 
     world.m_fake.hooks.clear()
     error = await sync_failed(world, api, user, account)
     assert OTHER in error
+    world.other.assert_untouched()
+
+
+# -- the OAuth token endpoint (Google and Microsoft) -----------------------------------------
+
+
+def _oauth_fake(world: World, provider: str) -> tuple[Faked, str]:
+    """The provider's fake, with one calendar, and a refresh token it grants."""
+    if provider == "google":
+        _google_calendar(world)
+        return world.g_fake, world.google.grant()
+    _graph_calendars(world, 1)
+    return world.m_fake, world.graph.grant()
+
+
+@pytest.mark.parametrize("provider", ["google", "microsoft"])
+async def test_token_endpoint_redirect_elsewhere_names_the_host(world: World,
+                                                                provider: str) -> None:
+    fake, grant = _oauth_fake(world, provider)
+    fake.hooks["before"] = lambda request, _: redirect_to(
+        world.other.origin + "/token") if request.path == "/token" else None
+    message = refused_connect(world, lambda: connect_oauth(world, provider, grant))
+    assert "pointed elsewhere" in message
+
+
+@pytest.mark.parametrize("provider", ["google", "microsoft"])
+async def test_token_endpoint_redirect_on_its_own_origin_is_followed(world: World,
+                                                                     provider: str) -> None:
+    # The control: a token endpoint that moved answers 308; the form is sent again there.
+    fake, grant = _oauth_fake(world, provider)
+    fake.hooks["before"] = lambda request, _: redirect_to(
+        "/token", 308) if request.path == "/token" and "moved" in request.query else None
+    token_url = f"{fake.served.url}/token?moved=1"
+    moved = dataclasses.replace(world.settings, providers=dataclasses.replace(
+        world.settings.providers, **{f"{provider}_token_url": token_url}))
+    out = connect_oauth(world, provider, grant, moved)
+    assert len(out["calendars"]) == 1
     world.other.assert_untouched()

@@ -23,9 +23,8 @@ import aiohttp
 from kalends import outbound
 from kalends.connected import ical
 from kalends.connected.components import zone_of
-from kalends.connected.oauth import OAuthClient, Reply
+from kalends.connected.oauth import OAuthClient
 from kalends.connected.provider import (
-    Attempt,
     Changes,
     Component,
     Credentials,
@@ -36,7 +35,6 @@ from kalends.connected.provider import (
     RemoteCalendar,
     RemoteEvent,
     SyncTokenRefused,
-    send_within,
 )
 
 _RATE_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
@@ -49,12 +47,13 @@ class GoogleAdapter:
     def __init__(self, session: aiohttp.ClientSession, credentials: Credentials,
                  settings: ProviderSettings) -> None:
         self._api = settings.google_api_url.rstrip("/")
-        self._session = session
         # The API's and the token endpoint's origins are configuration: both may
-        # be reached wherever they are (links the API returns are checked).
+        # be reached wherever they are. Every request the OAuth client sends (to
+        # links the API returns, and through redirects) is checked against them.
         self._origins = outbound.AccountOrigins(settings.google_api_url, settings.google_token_url)
         self._oauth = OAuthClient(
-            session, token_url=settings.google_token_url, client_id=settings.google_client_id,
+            session, self._origins, token_url=settings.google_token_url,
+            client_id=settings.google_client_id,
             client_secret=settings.google_client_secret, refresh_token=credentials.secret,
             scope=None, timeout=settings.timeout_seconds,
             rate_limited=lambda r: r.status == 403 and r.error_code() in _RATE_REASONS)
@@ -63,19 +62,9 @@ class GoogleAdapter:
     def secret(self) -> str:
         return self._oauth.refresh_token
 
-    async def _call(self, method: str, url: str, *, params: dict[str, str] | None = None,
-                    json: Any = None, headers: dict[str, str] | None = None) -> Reply:
-        """`OAuthClient.request`, only where this account's traffic may go."""
-        async def send(attempt: Attempt) -> Reply:
-            return await self._oauth.request(
-                attempt.method, attempt.url, params=params if attempt.first else None,
-                json=json if attempt.with_body else None, headers=headers)
-
-        return await send_within(self._origins, self._session, method, url, send)
-
     async def verify(self) -> None:
-        reply = await self._call("GET", f"{self._api}/users/me/calendarList",
-                                 params={"maxResults": "1"})
+        reply = await self._oauth.request("GET", f"{self._api}/users/me/calendarList",
+                                          params={"maxResults": "1"})
         reply.check()
 
     async def calendars(self) -> Sequence[RemoteCalendar]:
@@ -117,21 +106,21 @@ class GoogleAdapter:
         body = _body(component)
         if key is None:
             key = event_id(component.uid)
-            reply = await self._call("POST", self._events(calendar),
-                                     json={**body, "id": key})
+            reply = await self._oauth.request("POST", self._events(calendar),
+                                              json={**body, "id": key})
             if reply.status == 409:
                 # Already there: an earlier insert succeeded but its answer was lost.
-                reply = await self._call("PUT", self._event(calendar, key), json=body)
+                reply = await self._oauth.request("PUT", self._event(calendar, key), json=body)
         else:
-            reply = await self._call(
+            reply = await self._oauth.request(
                 "PUT", self._event(calendar, key), json=body,
                 headers={"If-Match": etag} if etag else None)
         reply.check_write(key)
         return RemoteEvent(key, reply.body.get("etag"), (component,))
 
     async def delete(self, calendar: RemoteCalendar, key: str, etag: str | None) -> None:
-        reply = await self._call("DELETE", self._event(calendar, key),
-                                 headers={"If-Match": etag} if etag else None)
+        reply = await self._oauth.request("DELETE", self._event(calendar, key),
+                                          headers={"If-Match": etag} if etag else None)
         reply.check_write(key)
 
     def _events(self, calendar: RemoteCalendar) -> str:
@@ -145,7 +134,7 @@ class GoogleAdapter:
         """Every item of every page; the last page's sync token goes into `changes`."""
         page: str | None = None
         while True:
-            reply = await self._call(
+            reply = await self._oauth.request(
                 "GET", url, params={**params, **({"pageToken": page} if page else {})})
             if reply.status == 410:
                 raise SyncTokenRefused(f"{url}: sync token expired")

@@ -24,9 +24,8 @@ import aiohttp
 
 from kalends import outbound
 from kalends.connected.components import zone_of
-from kalends.connected.oauth import OAuthClient, Reply
+from kalends.connected.oauth import OAuthClient
 from kalends.connected.provider import (
-    Attempt,
     Changes,
     Component,
     Credentials,
@@ -39,7 +38,6 @@ from kalends.connected.provider import (
     RemoteEvent,
     SyncTokenRefused,
     Unsupported,
-    send_within,
 )
 
 log = logging.getLogger("kalends.connected")
@@ -61,14 +59,14 @@ class MicrosoftAdapter:
     def __init__(self, session: aiohttp.ClientSession, credentials: Credentials,
                  settings: ProviderSettings) -> None:
         self._api = settings.microsoft_api_url.rstrip("/")
-        self._session = session
         # The API's and the token endpoint's origins are configuration: both may
-        # be reached wherever they are (links the API returns are checked).
+        # be reached wherever they are. Every request the OAuth client sends (to
+        # links the API returns, and through redirects) is checked against them.
         self._origins = outbound.AccountOrigins(settings.microsoft_api_url,
                                                 settings.microsoft_token_url)
         self._settings = settings
         self._oauth = OAuthClient(
-            session, token_url=settings.microsoft_token_url,
+            session, self._origins, token_url=settings.microsoft_token_url,
             client_id=settings.microsoft_client_id,
             client_secret=settings.microsoft_client_secret, refresh_token=credentials.secret,
             scope=_SCOPE, timeout=settings.timeout_seconds,
@@ -78,26 +76,16 @@ class MicrosoftAdapter:
     def secret(self) -> str:
         return self._oauth.refresh_token
 
-    async def _call(self, method: str, url: str, *, params: dict[str, str] | None = None,
-                    json: Any = None, headers: dict[str, str] | None = None) -> Reply:
-        """`OAuthClient.request`, only where this account's traffic may go."""
-        async def send(attempt: Attempt) -> Reply:
-            return await self._oauth.request(
-                attempt.method, attempt.url, params=params if attempt.first else None,
-                json=json if attempt.with_body else None, headers=headers)
-
-        return await send_within(self._origins, self._session, method, url, send)
-
     async def verify(self) -> None:
-        reply = await self._call("GET", f"{self._api}/me/calendars",
-                                 params={"$top": "1"})
+        reply = await self._oauth.request("GET", f"{self._api}/me/calendars",
+                                          params={"$top": "1"})
         reply.check(denied=_DENIED)
 
     async def calendars(self) -> Sequence[RemoteCalendar]:
         found = []
         url: str | None = f"{self._api}/me/calendars"
         while url:
-            reply = await self._call("GET", url)
+            reply = await self._oauth.request("GET", url)
             reply.check(denied=_DENIED)
             for item in reply.body.get("value", []):
                 found.append(RemoteCalendar(
@@ -117,8 +105,8 @@ class MicrosoftAdapter:
             params = {"startDateTime": _utc_text(start), "endDateTime": _utc_text(end)}
         changes = Changes(full=token is None)
         while url:
-            reply = await self._call("GET", url, params=params,
-                                     headers={"Prefer": _PREFER})
+            reply = await self._oauth.request("GET", url, params=params,
+                                              headers={"Prefer": _PREFER})
             params = None  # the links carry their own
             if reply.status == 410 or reply.error_code() in _RESYNC:
                 raise SyncTokenRefused(f"delta token refused ({reply.error_code()})")
@@ -151,19 +139,19 @@ class MicrosoftAdapter:
             return RemoteEvent(key, None, (component,))
         body = _body(component)
         if key is None:
-            reply = await self._call(
+            reply = await self._oauth.request(
                 "POST", f"{self._api}/me/calendars/{calendar.remote_id}/events",
                 json={**body, "transactionId": transaction_id(component.uid)})
         else:
-            reply = await self._call(
+            reply = await self._oauth.request(
                 "PATCH", f"{self._api}/me/events/{key}", json=body,
                 headers={"If-Match": etag} if etag else None)
         reply.check_write(key or "new event", denied=_DENIED)
         return RemoteEvent(reply.body["id"], reply.body.get("@odata.etag"), (component,))
 
     async def delete(self, calendar: RemoteCalendar, key: str, etag: str | None) -> None:
-        reply = await self._call("DELETE", f"{self._api}/me/events/{key}",
-                                 headers={"If-Match": etag} if etag else None)
+        reply = await self._oauth.request("DELETE", f"{self._api}/me/events/{key}",
+                                          headers={"If-Match": etag} if etag else None)
         reply.check_write(key, denied=_DENIED)
 
 

@@ -8,6 +8,10 @@ CredentialsRefused. A provider that rotates refresh tokens returns a new one
 with each access token: it replaces the old one (`secret`), which the engine
 stores. 429 (and whatever else `rate_limited` recognises) is RateLimited
 with the provider's `Retry-After`; 5xx and network failures are ProviderError.
+
+Every request, to the API and to the token endpoint alike, goes through the
+account's `AccountOrigins` (contract §9): a URL or a redirect that leads
+anywhere else is OriginRefused, naming the host, and nothing is sent there.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import aiohttp
+import orjson
 
+from kalends import outbound
 from kalends.connected.provider import (
     Conflict,
     CredentialsRefused,
     Gone,
+    OriginRefused,
     ProviderError,
     RateLimited,
     WriteRefused,
@@ -68,11 +75,15 @@ class Reply:
 
 
 class OAuthClient:
-    def __init__(self, session: aiohttp.ClientSession, *, token_url: str,
-                 client_id: str | None, client_secret: str | None, refresh_token: str,
-                 scope: str | None, timeout: float,
+    """Requests with an access token, on `session` (from `outbound.account_session`),
+    only where `origins` allow; `origins` must allow `token_url`."""
+
+    def __init__(self, session: aiohttp.ClientSession, origins: outbound.AccountOrigins, *,
+                 token_url: str, client_id: str | None, client_secret: str | None,
+                 refresh_token: str, scope: str | None, timeout: float,
                  rate_limited: Callable[[Reply], bool] = lambda reply: False) -> None:
         self._session = session
+        self._origins = origins
         self._token_url = token_url
         self._client = {k: v for k, v in (("client_id", client_id),
                                           ("client_secret", client_secret)) if v}
@@ -129,16 +140,23 @@ class OAuthClient:
         return self._access
 
     async def _send(self, method: str, url: str, **kwargs: Any) -> Reply:
+        """One request, redirects followed only where the account's origins allow."""
         try:
-            async with self._session.request(method, url, timeout=self._timeout,
-                                             allow_redirects=False, **kwargs) as response:
-                raw = await response.read()
-                body: Any = None
-                if raw:
-                    try:
-                        body = await response.json(content_type=None)
-                    except ValueError:
-                        body = raw.decode(errors="replace")
-                return Reply(response.status, body, response.headers)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise ProviderError(f"{url}: {type(exc).__name__}: {exc}") from exc
+            answer = await self._origins.request(self._session, method, url,
+                                                 timeout=self._timeout, **kwargs)
+        except outbound.Refused as exc:
+            raise OriginRefused(f"{url}: {exc.reason}") from exc
+        except outbound.OutboundError as exc:
+            raise ProviderError(f"{url}: {exc.reason}") from exc
+        return Reply(answer.status, _parsed(answer.body), answer.headers)
+
+
+def _parsed(raw: bytes) -> Any:
+    """The body as JSON, whatever the content type says; as text if it is not
+    JSON (an error page), so that the status still tells what happened."""
+    if not raw:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode(errors="replace")

@@ -15,14 +15,12 @@ in the event's own zone exactly as the provider defines them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol
 
 import aiohttp
-
-from kalends import outbound
 
 Provider = Literal["ios", "google", "microsoft"]
 PROVIDERS: tuple[Provider, ...] = ("ios", "google", "microsoft")
@@ -161,9 +159,10 @@ class Changes:
 class Adapter(Protocol):
     """One provider's protocol. Built per account, with the service's own HTTP
     session (from `kalends.outbound.account_session`: every request goes only
-    where contract §9 lets the account's traffic go, see `send_within`); it keeps
-    no state across calls except an OAuth access token and, where the provider
-    rotates it, the refresh token (`secret`)."""
+    where contract §9 lets the account's traffic go, through
+    `outbound.AccountOrigins.request`); it keeps no state across calls except an
+    OAuth access token and, where the provider rotates it, the refresh token
+    (`secret`)."""
 
     provider: Provider
 
@@ -222,55 +221,3 @@ class ProviderSettings:
     def sync_window(self, now: datetime) -> tuple[datetime, datetime]:
         return (now - timedelta(days=self.sync_days_back),
                 now + timedelta(days=self.sync_days_ahead))
-
-
-class _Reply(Protocol):
-    @property
-    def status(self) -> int: ...
-
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-
-
-_R = TypeVar("_R", bound=_Reply)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One request of `send_within`: the first (with its query parameters), or
-    one after a redirect (whose URL carries its own query), with the body or,
-    where HTTP turns the redirect into a GET, without."""
-
-    method: str
-    url: str
-    first: bool
-    with_body: bool
-
-
-async def send_within(origins: outbound.AccountOrigins, session: aiohttp.ClientSession,
-                      method: str, url: str, send: Callable[[Attempt], Awaitable[_R]]) -> _R:
-    """`send` the request where `origins` allow it, on `session`, and follow a
-    redirect only to where they allow too (at most five). For adapters whose
-    requests go through a client of their own (the OAuth one); CalDAV's go
-    through `AccountOrigins.request`.
-
-    OriginRefused names the host that is not followed, before anything is sent
-    to it; a malformed redirect is a ProviderError."""
-    try:
-        target = origins.check(url)
-        attempt = Attempt(method, str(target), first=True, with_body=True)
-        for _ in range(outbound.MAX_REDIRECTS + 1):
-            with origins.trusting(session):
-                reply = await send(attempt)
-            hop = origins.redirect(target, reply.status, reply.headers.get("Location"),
-                                   attempt.method)
-            if hop is None:
-                return reply
-            target = hop.url
-            attempt = Attempt(hop.method, str(hop.url), first=False,
-                              with_body=attempt.with_body and hop.keeps_body)
-    except outbound.Refused as exc:
-        raise OriginRefused(f"{url}: {exc.reason}") from exc
-    except outbound.OutboundError as exc:
-        raise ProviderError(f"{url}: {exc.reason}") from exc
-    raise ProviderError(f"{url}: more than {outbound.MAX_REDIRECTS} redirects")
