@@ -26,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from db import accounts, events
 from db import secrets as instance_secrets
 from db.database import Database
+from kalends import config
 from kalends.auth import hash_key
+from kalends.connected.engine import open_vault
 from kalends.pagination import Cursors
 from kalends.times import utc_text
 
@@ -92,7 +94,10 @@ async def get_event(request: web.Request) -> web.Response:
 async def _database(app: web.Application) -> Any:
     db = await Database.connect(app[DSN], max_size=10)
     app[DB] = db
-    app[CURSORS] = Cursors(await instance_secrets.get(db, "cursor"))
+    # Sealed with the service key: run with the service's environment
+    # (KALENDS_SECRET_KEY, or the KALENDS_DATA_DIR that holds its key file).
+    vault = open_vault(config.load())
+    app[CURSORS] = Cursors(await instance_secrets.get(db, vault, "cursor"))
     yield
     await db.close()
 

@@ -47,8 +47,10 @@ async def _seed(session: aiohttp.ClientSession, url: str, count: int) -> list[st
 
 async def _start_handwritten(dsn: str) -> tuple[subprocess.Popen[bytes], str]:
     port = harness._free_port()
+    # The service's environment: the hand-written handler opens the same vault
+    # (KALENDS_DATA_DIR's key) to read the sealed cursor key.
     process = subprocess.Popen([sys.executable, str(HANDWRITTEN), "--port", str(port),
-                                "--dsn", dsn])
+                                "--dsn", dsn], env=harness._SERVICE_ENV)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     async with aiohttp.ClientSession() as probe:

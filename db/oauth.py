@@ -1,7 +1,10 @@
 """The authorization server's rows: signing keys, registered clients, grants
-and their refresh tokens. Single-use rules (a code redeemed once, a refresh
-token exchanged once) are one conditional UPDATE each, so that two requests
-racing with the same secret cannot both win."""
+and their refresh tokens. A single-use secret (a code redeemed once, a refresh
+token exchanged once) is found with its row locked (`find_code`,
+`find_refresh_token`) and spent in the same transaction (`spend_code`,
+`spend_refresh_token`) only once the request has been checked, so that two
+requests racing with the same secret cannot both win and a refused request
+spends nothing."""
 
 from __future__ import annotations
 
@@ -87,18 +90,20 @@ async def insert_grant(db: Conn, grant_id: str, *, client_id: str, consumer: str
         code_challenge, code_ttl)
 
 
-async def redeem_code(tx: Tx, code_hash: bytes) -> tuple[str, asyncpg.Record | None]:
-    """Mark the code redeemed. Returns ("ok", grant), ("reused", grant) for a
-    code redeemed before, ("expired"|"revoked", grant), or ("unknown", None)."""
+async def find_code(tx: Tx, code_hash: bytes) -> tuple[str, asyncpg.Record | None]:
+    """The grant of a code, locked until the transaction ends, and what presenting
+    the code now is: ("ok", grant), ("reused", grant) for a code redeemed before,
+    ("expired"|"revoked", grant), or ("unknown", None). Nothing is spent here."""
     row = await tx.fetchrow(
         "SELECT *, id AS grant_id, code_expires_at < now() AS expired FROM oauth_grants "
         "WHERE code_hash = $1 "
         "FOR UPDATE", code_hash)
-    outcome = _verdict(row, "redeemed_at")
-    if outcome == "ok":
-        assert row is not None
-        await tx.execute("UPDATE oauth_grants SET redeemed_at = now() WHERE id = $1", row["id"])
-    return outcome, row
+    return _verdict(row, "redeemed_at"), row
+
+
+async def spend_code(tx: Tx, grant_id: str) -> None:
+    """Mark the code of a grant found by `find_code` (still locked) redeemed."""
+    await tx.execute("UPDATE oauth_grants SET redeemed_at = now() WHERE id = $1", grant_id)
 
 
 async def revoke_grant(db: Conn, grant_id: str, reason: str) -> None:
@@ -114,20 +119,25 @@ async def insert_refresh_token(db: Conn, token_hash: bytes, grant_id: str, scope
         " VALUES ($1, $2, $3, now() + $4::interval)", token_hash, grant_id, scope, ttl)
 
 
-async def use_refresh_token(tx: Tx, token_hash: bytes) -> tuple[str, asyncpg.Record | None]:
-    """Exchange a refresh token once. Returns ("ok", row), ("reused", row) for
-    one exchanged before, ("expired"|"revoked", row), or ("unknown", None); the
-    row carries the grant's client, consumer, resource and revocation."""
+async def find_refresh_token(tx: Tx, token_hash: bytes
+                             ) -> tuple[str, asyncpg.Record | None]:
+    """A refresh token and its grant, both locked until the transaction ends, and
+    what presenting the token now is: ("ok", row), ("reused", row) for one
+    exchanged before, ("expired"|"revoked", row), or ("unknown", None); the row
+    carries the grant's client, consumer, resource and revocation. Nothing is
+    spent here."""
     row = await tx.fetchrow(
         "SELECT t.token_hash, t.grant_id, t.scope, t.used_at, t.expires_at < now() AS expired,"
         " g.client_id, g.consumer_name, g.resource, g.revoked_at"
         " FROM oauth_refresh_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
         " WHERE t.token_hash = $1 FOR UPDATE OF t, g", token_hash)
-    outcome = _verdict(row, "used_at")
-    if outcome == "ok":
-        await tx.execute(
-            "UPDATE oauth_refresh_tokens SET used_at = now() WHERE token_hash = $1", token_hash)
-    return outcome, row
+    return _verdict(row, "used_at"), row
+
+
+async def spend_refresh_token(tx: Tx, token_hash: bytes) -> None:
+    """Mark a refresh token found by `find_refresh_token` (still locked) exchanged."""
+    await tx.execute(
+        "UPDATE oauth_refresh_tokens SET used_at = now() WHERE token_hash = $1", token_hash)
 
 
 def _verdict(row: asyncpg.Record | None, used: str) -> str:

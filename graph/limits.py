@@ -21,7 +21,7 @@ from graphql import (
     SelectionSetNode,
     ValidationRule,
 )
-from strawberry.extensions import AddValidationRules, MaxAliasesLimiter
+from strawberry.extensions import AddValidationRules
 
 from kalends.pagination import MAX_LIMIT
 
@@ -36,17 +36,26 @@ MAX_ALIASES = 15
 MAX_COST = 2000
 
 
-class CostLimit(ValidationRule):
-    """Refuse an operation nested deeper than MAX_DEPTH, or whose worst-case object
-    count exceeds MAX_COST. (Strawberry's QueryDepthLimiter skips introspection,
-    the only place where this schema's types nest without end.)"""
+class QueryLimits(ValidationRule):
+    """Refuse an operation with more than MAX_ALIASES aliases, nested deeper than
+    MAX_DEPTH, or whose worst-case object count exceeds MAX_COST, each with its
+    `extensions.code`. (Strawberry's QueryDepthLimiter skips introspection, the only
+    place where this schema's types nest without end; its MaxAliasesLimiter gives
+    no code.)"""
 
     def enter_operation_definition(self, node: OperationDefinitionNode, *_: Any) -> None:
         fragments = {
             d.name.value: d for d in self.context.document.definitions
             if isinstance(d, FragmentDefinitionNode)
         }
-        depth, cost = _measure(node.selection_set, fragments, set())
+        depth, cost, aliases = _measure(node.selection_set, fragments, set())
+        if aliases > MAX_ALIASES:
+            self.report_error(GraphQLError(
+                f"Query uses {aliases} aliases, more than the limit of {MAX_ALIASES}.",
+                node, extensions={"code": "query_too_many_aliases", "aliases": aliases,
+                                  "limit": MAX_ALIASES},
+            ))
+            return
         if depth > MAX_DEPTH:
             self.report_error(GraphQLError(
                 f"Query depth {depth} exceeds the limit of {MAX_DEPTH} nested fields.",
@@ -62,16 +71,19 @@ class CostLimit(ValidationRule):
             ))
 
 
-def _measure(selection: SelectionSetNode | None,
-             fragments: dict[str, FragmentDefinitionNode], seen: set[str]) -> tuple[int, int]:
-    """(depth, cost) of a selection set, fragments spread in place."""
+def _measure(selection: SelectionSetNode | None, fragments: dict[str, FragmentDefinitionNode],
+             seen: set[str]) -> tuple[int, int, int]:
+    """(depth, cost, aliases) of a selection set, fragments spread in place (a
+    fragment spread twice counts its aliases twice)."""
     if selection is None:
-        return 0, 0
-    depth = cost = 0
+        return 0, 0, 0
+    depth = cost = aliases = 0
     for node in selection.selections:
         if isinstance(node, FieldNode):
-            inner_depth, inner_cost = _measure(node.selection_set, fragments, seen)
+            inner_depth, inner_cost, inner_aliases = _measure(node.selection_set, fragments,
+                                                              seen)
             depth = max(depth, 1 + inner_depth)
+            aliases += inner_aliases + (node.alias is not None)
             if node.selection_set is not None:
                 cost += _multiplier(node) * (1 + inner_cost)
             continue
@@ -84,9 +96,9 @@ def _measure(selection: SelectionSetNode | None,
             inner, within = fragments[name].selection_set, seen | {name}
         else:
             continue
-        inner_depth, inner_cost = _measure(inner, fragments, within)
-        depth, cost = max(depth, inner_depth), cost + inner_cost
-    return depth, cost
+        inner_depth, inner_cost, inner_aliases = _measure(inner, fragments, within)
+        depth, cost, aliases = max(depth, inner_depth), cost + inner_cost, aliases + inner_aliases
+    return depth, cost, aliases
 
 
 def _multiplier(node: FieldNode) -> int:
@@ -99,10 +111,7 @@ def _multiplier(node: FieldNode) -> int:
 
 
 def extensions() -> list[Any]:
-    return [
-        lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
-        lambda: AddValidationRules([CostLimit]),
-    ]
+    return [lambda: AddValidationRules([QueryLimits])]
 
 
-__all__ = ["MAX_ALIASES", "MAX_COST", "MAX_DEPTH", "CostLimit", "extensions"]
+__all__ = ["MAX_ALIASES", "MAX_COST", "MAX_DEPTH", "QueryLimits", "extensions"]

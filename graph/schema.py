@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import strawberry
@@ -39,16 +40,36 @@ class Mutation(ProfileMutations, EventMutations, SeriesMutations, RsvpMutations,
     pass
 
 
+_log = logging.getLogger("kalends.graphql")
+
+
 class _Schema(strawberry.Schema):
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
-        # An ApiError is the client's mistake, already answered; log only the rest.
-        unexpected = [e for e in errors if not isinstance(e.original_error, ApiError)]
+        # A document refused before it ran (syntax, validation, the limits of
+        # graph/limits.py, variable values) is the client's mistake: one line at info.
+        # So is an ApiError, already answered. Strawberry logs the rest, bugs, at error
+        # level with their traceback.
+        unexpected = []
+        for error in errors:
+            if _is_unexpected(error):
+                unexpected.append(error)
+            elif error.path is None:
+                context = getattr(execution_context, "context", None)
+                _log.info("graphql request refused", extra={
+                    "request_id": getattr(context, "request_id", None),
+                    "error": error.message,
+                    **({"code": error.extensions["code"]}
+                       if error.extensions and "code" in error.extensions else {}),
+                })
         if unexpected:
             super().process_errors(unexpected, execution_context)
 
 
 def _is_unexpected(error: GraphQLError) -> bool:
-    return error.original_error is not None and not isinstance(error.original_error, ApiError)
+    """A resolver failed with something other than an ApiError: a bug. Errors without
+    a path are about the request itself, raised before any field ran."""
+    return (error.path is not None and error.original_error is not None
+            and not isinstance(error.original_error, ApiError))
 
 
 # Field names stay snake_case: the same names as the REST and MCP surfaces.

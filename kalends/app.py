@@ -25,7 +25,7 @@ from kalends.errors import ApiError
 from kalends.job_handlers import all_handlers
 from kalends.pagination import Cursors
 from kalends.services import DRAIN, SERVICES, SETTINGS
-from rest_bridge import feeds, openapi, routes
+from rest_bridge import feeds, openapi, protocol, routes
 from rest_bridge.middleware import error_envelopes, guard, request_context, require_api_key
 from rest_bridge.responses import json_response
 
@@ -44,14 +44,16 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     background jobs in this process (default: `settings.jobs_in_process`)."""
     settings = settings or config.load()
     app = web.Application(
-        middlewares=[request_context, error_envelopes, guard], client_max_size=MAX_BODY
+        middlewares=[request_context, error_envelopes, guard], client_max_size=MAX_BODY,
+        # What aiohttp's HTTP parser refuses is answered in the envelope too.
+        handler_args=protocol.handler_args(),
     )
     app[SETTINGS] = settings
     app[DRAIN] = Drain()
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(dsn, max_size=pool_size)
-        cursor_secret = await secrets.get(db, "cursor")
+        cursor_secret = await secrets.get(db, open_vault(settings), "cursor")
         services = Services(db=db, cursors=Cursors(cursor_secret),
                             sync_interval=settings.sync_interval,
                             vault=open_vault(settings),

@@ -57,8 +57,11 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 # start time that multiprocess mode cannot give anyway.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
+# `status` 499: the client closed the connection before its answer (nginx's code), so
+# that it is counted among requests yet never taken for a server error (5xx).
 _REQUESTS = Counter(
-    "kalends_http_requests", "HTTP requests answered, by operation, method and status.",
+    "kalends_http_requests",
+    "HTTP requests answered, by operation, method and status (499: the client left first).",
     ["operation", "method", "status"],
 )
 _LATENCY = Histogram(
@@ -86,6 +89,12 @@ def observe_request(request: web.Request, status: int, seconds: float) -> None:
     method = request.method if request.method in _METHODS else "other"
     _REQUESTS.labels(operation, method, str(status)).inc()
     _LATENCY.labels(operation, method).observe(seconds)
+
+
+def observe_malformed(status: int) -> None:
+    """Count a request that aiohttp's HTTP parser refused (rest_bridge/protocol.py):
+    no method or route was read. Not timed: it never reached a handler."""
+    _REQUESTS.labels("malformed", "other", str(status)).inc()
 
 
 def _operation(request: web.Request) -> str:

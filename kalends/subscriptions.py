@@ -35,7 +35,9 @@ class SubscriptionCreate(Body, json_schema_extra=_ONE_SOURCE):
     series_id: id_of("ser") | None = None  # type: ignore[valid-type]
     include_personal_calendar: bool = True
     external_calendar_ids: Annotated[
-        list[id_of("xcal")], Field(max_length=MAX_EXTERNAL_CALENDARS)  # type: ignore[valid-type]
+        list[id_of("xcal")],  # type: ignore[valid-type]
+        # _unique refuses repeats: advertised, so that clients and models know.
+        Field(max_length=MAX_EXTERNAL_CALENDARS, json_schema_extra={"uniqueItems": True}),
     ] = Field(default_factory=list)
     consolidate: bool = False
 

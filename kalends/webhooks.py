@@ -52,7 +52,8 @@ REST shows it to that user, read inside the transaction."""
 EventTypes = Annotated[
     list[EventType],
     Field(min_length=1, max_length=len(EVENT_TYPES),
-          description="The event types to receive; each at most once."),
+          description="The event types to receive; each at most once.",
+          json_schema_extra={"uniqueItems": True}),  # _check_types refuses repeats
 ]
 
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from kalends import metrics, ratelimit
-from kalends.auth import Caller, Viewer, authenticate_key
+from kalends.auth import KEY_PREFIX, Caller, Viewer, authenticate_key
 from kalends.draining import UNCOUNTED_PATHS
 from kalends.errors import ApiError, internal_error
 from kalends.services import (
@@ -44,6 +44,10 @@ TOKEN_ROUTES = web.AppKey("token_routes", dict[web.AbstractRoute, Authenticator]
 the coroutine that checks it; their handlers enforce the limit themselves."""
 # Probes and scrapes come from infrastructure and must answer even under a flood.
 _UNLIMITED_PATHS = UNCOUNTED_PATHS
+CLIENT_CLOSED_REQUEST = 499
+"""The status logged and counted for a request whose client closed the connection
+before its answer (nginx's convention): nothing was answered, so it is no 5xx,
+and it is told apart from every status the server did send."""
 
 
 def require_credential(app: web.Application, route: web.AbstractRoute,
@@ -77,7 +81,11 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
     if drain.draining:
         response.force_close()  # keep-alive clients reconnect, to an instance that stays
     duration = time.perf_counter() - started
-    metrics.observe_request(request, response.status, duration)
+    # A client that left before its answer (mid-body, or while it was being worked
+    # out) never gets it: 499, whatever the response would have said.
+    aborted = _client_left(request) and not response.prepared
+    status = CLIENT_CLOSED_REQUEST if aborted else response.status
+    metrics.observe_request(request, status, duration)
     response.headers["X-Request-Id"] = request_id
     if RATE_LIMIT in request:
         response.headers.update(request[RATE_LIMIT].headers())
@@ -85,14 +93,20 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
         "request",
         extra={
             "request_id": request_id, "method": request.method, "path": request.path,
-            "status": response.status,
+            "status": status,
             "duration_ms": round(duration * 1000, 2),
+            **({"client_closed": True} if aborted else {}),
             **({"operation": request[OPERATION]} if OPERATION in request else {}),
             **({"idempotency_key": request[IDEMPOTENCY_KEY]}
                if IDEMPOTENCY_KEY in request else {}),
         },
     )
     return response
+
+
+def _client_left(request: web.Request) -> bool:
+    """Whether the client has closed its connection: no answer can reach it."""
+    return request.transport is None or request.transport.is_closing()
 
 
 @web.middleware
@@ -115,7 +129,11 @@ async def error_envelopes(request: web.Request, handler: Handler) -> web.StreamR
         if exc.status == 405 and "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, ConnectionError) and _client_left(request):
+            # aiohttp fails the body read of a client that went away: no answer can
+            # reach it, and no fault of ours. request_context logs and counts it.
+            return web.Response(status=CLIENT_CLOSED_REQUEST)
         log.exception("unhandled error", extra={"request_id": request_id})
         return respond(request, internal_error())
 
@@ -145,7 +163,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         request[VIEWER] = await _authenticate(request, _api_key, defer_limit=routes[route])
     elif route in others:
         request[VIEWER] = await _authenticate(request, others[route], defer_limit=True)
-    elif request.path not in _UNLIMITED_PATHS:
+    elif request.path not in _UNLIMITED_PATHS and not await _charge_key(request):
         await _charge_address(request)
     return await handler(request)
 
@@ -168,6 +186,25 @@ async def _authenticate(request: web.Request, authenticate: Authenticator, *,
         if not defer_limit:
             caller.limit.enforce()
     return caller.claimed()
+
+
+async def _charge_key(request: web.Request) -> bool:
+    """On a route that takes no credential (the OpenAPI document, an unknown path, a
+    method the path lacks such as `GET /graphql`), charge a valid API key's consumer,
+    as on every authenticated request. False: no valid key, the address pays."""
+    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip().startswith(KEY_PREFIX):
+        return False  # another kind of bearer (an OAuth token) is never an API key
+    try:
+        caller = await _api_key(request)
+    except ApiError as exc:
+        if exc.code not in ("not_authenticated", "service_unavailable"):
+            raise
+        return False
+    if caller.limit is not None:
+        request[RATE_LIMIT] = caller.limit
+        caller.limit.enforce()
+    return True
 
 
 async def _charge_address(request: web.Request) -> None:

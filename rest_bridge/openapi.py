@@ -78,52 +78,73 @@ class _Resources:
     """Response objects as shared components, one per GraphQL type (Event, Profile,
     EventPage, ...), so that generated clients get one model per resource.
 
-    Selections of a type that differ only by optional keys (an event's `expand`
-    keys) share one component holding them all, optional; a selection that really
-    differs (a partial one) gets a component of its own, numbered."""
+    Selections of a type share one component holding every key any of them selects;
+    a key that not all of them select is optional there (an event's `expand` keys),
+    and says which answers always carry it (createProfile's `organization_id`). Only
+    selections that give one key different schemas get components of their own,
+    numbered."""
 
     def __init__(self) -> None:
-        self.schemas: dict[str, dict[str, Any]] = {}
+        self._schemas: dict[str, dict[str, Any]] = {}
+        # (component, key) -> the operations whose answers always carry the key.
+        self._always: dict[tuple[str, str], set[str]] = {}
 
-    def shared(self, schema: Any) -> Any:
+    def shared(self, schema: Any, operation: str) -> Any:
         """`schema` with every titled object replaced by a `$ref` to its component."""
         if isinstance(schema, list):
-            return [self.shared(item) for item in schema]
+            return [self.shared(item, operation) for item in schema]
         if not isinstance(schema, dict):
             return schema
-        out = {key: self.shared(value) for key, value in schema.items()}
+        out = {key: self.shared(value, operation) for key, value in schema.items()}
         kind = out.get("type")
         if "title" not in out or "properties" not in out:
             return out
         nullable = isinstance(kind, list)
         component = {**out, "type": "object"}
-        ref = {"$ref": _REF.format(model=self._name(component))}
+        name = self._name(component)
+        for key in component["required"]:
+            self._always.setdefault((name, key), set()).add(operation)
+        ref = {"$ref": _REF.format(model=name)}
         return {"anyOf": [ref, {"type": "null"}]} if nullable else ref
+
+    @property
+    def schemas(self) -> dict[str, dict[str, Any]]:
+        """The components, each key that only some answers carry described as such."""
+        out = {}
+        for name, schema in self._schemas.items():
+            properties = dict(schema["properties"])
+            for key in set(properties) - set(schema["required"]):
+                operations = sorted(self._always.get((name, key), ()))
+                if operations:
+                    properties[key] = {**properties[key], "description": (
+                        f"Always in the answer to {', '.join(operations)}; not in others.")}
+            out[name] = {**schema, "properties": properties}
+        return out
 
     def _name(self, schema: dict[str, Any]) -> str:
         base = str(schema.pop("title"))
         name, n = base, 1
-        while name in self.schemas:
-            merged = _merged(self.schemas[name], schema)
+        while name in self._schemas:
+            merged = _merged(self._schemas[name], schema)
             if merged is not None:
-                self.schemas[name] = merged
+                self._schemas[name] = merged
                 return name
             n += 1
             name = f"{base}{n}"
-        self.schemas[name] = schema
+        self._schemas[name] = schema
         return name
 
 
 def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
-    """One schema for both, when they differ only by optional keys; else None."""
-    if set(a["required"]) != set(b["required"]):
+    """One schema for both: every key of either, required where both require it.
+    None when a key they share has different schemas, or is required in one only."""
+    both = a["properties"].keys() & b["properties"].keys()
+    if any(a["properties"][key] != b["properties"][key] for key in both):
         return None
-    props = {**a["properties"]}
-    for key, value in b["properties"].items():
-        if key in props and props[key] != value:
-            return None
-        props[key] = value
-    return {**a, "properties": props}
+    if both & set(a["required"]) != both & set(b["required"]):
+        return None
+    required = [key for key in a["required"] if key in b["required"]]
+    return {**a, "properties": {**a["properties"], **b["properties"]}, "required": required}
 
 
 def _operation(op: Operation, schemas: dict[str, Any], resources: _Resources) -> dict[str, Any]:
@@ -191,7 +212,7 @@ def _responses(op: Operation, resources: _Resources) -> dict[str, Any]:
                                "description": "Path of the created resource."}
     if op.response_schema is not None:
         success["content"] = {"application/json": {
-            "schema": resources.shared(op.response_schema)}}
+            "schema": resources.shared(op.response_schema, op.name)}}
     responses: dict[str, Any] = {str(op.status): success}
     if op.created is not None:  # the same body when an existing resource is replaced
         replaced = {k: v for k, v in success.items() if k != "headers"}

@@ -3,15 +3,18 @@ the registry's fixed documents (REST, MCP) are not subject to them."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import aiohttp
 import pytest
 from gql import Client, gql
 from gql.transport.aiohttp import AIOHTTPTransport
 from gql.transport.exceptions import TransportQueryError
-from graphql import get_introspection_query
+from graphql import get_introspection_query, graphql_sync
 
 from graph.limits import MAX_ALIASES, MAX_COST, MAX_DEPTH
+from graph.schema import schema
 
 
 def _client(live_server: Any, key: str) -> Client:
@@ -20,19 +23,32 @@ def _client(live_server: Any, key: str) -> Client:
     return Client(transport=transport, fetch_schema_from_transport=False)
 
 
-async def _refused(live_server: Any, user: Any, document: str) -> str:
+async def _refusal(live_server: Any, user: Any, document: str) -> dict[str, Any]:
     async with _client(live_server, user.api_key) as session:
         with pytest.raises(TransportQueryError) as raised:
             await session.execute(gql(document))
     errors = raised.value.errors or []
     assert errors and raised.value.data is None
-    return str(errors[0]["message"])
+    return errors[0]  # type: ignore[no-any-return]
+
+
+async def _refused(live_server: Any, user: Any, document: str) -> str:
+    return str((await _refusal(live_server, user, document))["message"])
 
 
 async def test_forty_aliased_pages_are_refused(live_server: Any, user: Any) -> None:
     aliases = " ".join(f"a{i}: events(limit: 100) {{ data {{ id title }} }}" for i in range(40))
-    message = await _refused(live_server, user, f"{{ {aliases} }}")
-    assert str(MAX_ALIASES) in message and "alias" in message.lower()
+    error = await _refusal(live_server, user, f"{{ {aliases} }}")
+    assert str(MAX_ALIASES) in error["message"] and "alias" in error["message"].lower()
+    # A code, as the depth and cost refusals have, with the count and the bound.
+    assert error["extensions"] == {"code": "query_too_many_aliases", "aliases": 40,
+                                   "limit": MAX_ALIASES}
+    # Aliases in fragments count, once per spread.
+    fields = " ".join(f"f{i}: id" for i in range(8))
+    error = await _refusal(live_server, user, f"""
+        {{ a: events(limit: 1) {{ data {{ ...E }} }} b: events(limit: 1) {{ data {{ ...E }} }} }}
+        fragment E on Event {{ {fields} }}""")
+    assert error["extensions"]["aliases"] == 18
 
 
 async def test_cost_counts_list_limits(live_server: Any, user: Any) -> None:
@@ -83,3 +99,34 @@ async def test_registry_documents_are_not_limited(api: Any, user: Any) -> None:
     assert status == 200, body
     status, body, _ = await api.get("/v1/agenda", user, params={"days": 31})
     assert status == 200, body
+
+
+async def test_refused_documents_are_logged_as_the_clients_mistake(live_server: Any, user: Any,
+                                                                   caplog: Any) -> None:
+    """Syntax, validation, the limits and variable values: one line each at info, no
+    error and no traceback; the client sees graphql-core's own message."""
+    caplog.set_level(logging.INFO)
+    aliases = " ".join(f"a{i}: events(limit: 1) {{ has_more }}" for i in range(MAX_ALIASES + 1))
+    cases = [
+        ("{ events(", {}),
+        ("{ no_such_field }", {}),
+        (f"{{ {aliases} }}", {}),
+        ("query($n: Int!) { events(limit: $n) { has_more } }", {"n": "ten"}),
+        ("query($p: ID!) { profile(profile_id: $p) { id } }", {}),
+    ]
+    async with aiohttp.ClientSession(headers=user.headers) as http:
+        for document, variables in cases:
+            async with http.post(live_server.url + "/graphql",
+                                 json={"query": document, "variables": variables}) as response:
+                answer = await response.json()
+            [error] = answer["errors"]
+            if "$" in document:  # refused before any resolver runs: graphql-core alone tells
+                [expected] = graphql_sync(schema._schema, document,
+                                          variable_values=variables).errors or []
+                assert error["message"] == expected.message != "Unexpected error."
+    refused = [r for r in caplog.records if r.name == "kalends.graphql"]
+    assert [(r.levelno, r.getMessage(), r.exc_info) for r in refused] == [
+        (logging.INFO, "graphql request refused", None)] * len(cases)
+    assert refused[2].code == "query_too_many_aliases"  # type: ignore[attr-defined]
+    assert all(r.request_id for r in refused)  # type: ignore[attr-defined]
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

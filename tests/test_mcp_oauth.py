@@ -314,6 +314,49 @@ async def test_a_reused_code_revokes_what_it_gave(server: LiveServer, person: Us
     assert status == 401
 
 
+async def test_a_refused_code_is_not_used_up(server: LiveServer, person: User,
+                                            http: aiohttp.ClientSession) -> None:
+    """Whoever sees a code (a log, a referrer) but lacks what goes with it cannot
+    spend it: each refused redemption leaves it to the client, whose request then
+    succeeds. Presenting it once more after that still revokes what it gave."""
+    _, client = await register(http, server.url)
+    _, stranger = await register(http, server.url)
+    flow = Flow(server.url, client["client_id"])
+    verifier, pkce_challenge = pkce()
+    browser = Browser()
+    try:
+        location = await browser.consent(flow.authorization_url(pkce_challenge), server.url,
+                                         person.api_key)
+    finally:
+        await browser.close()
+    honest = {"grant_type": "authorization_code", "code": query_of(location)["code"],
+              "redirect_uri": REDIRECT_URI, "code_verifier": verifier,
+              "resource": server.url + "/mcp"}
+    refused: list[tuple[Flow, dict[str, str], str]] = [
+        (flow, {k: v for k, v in honest.items() if k != "code_verifier"}, "invalid_grant"),
+        (flow, {**honest, "code_verifier": pkce()[0]}, "invalid_grant"),
+        (flow, {**honest, "code_verifier": "short"}, "invalid_grant"),
+        (Flow(server.url, stranger["client_id"]), honest, "invalid_grant"),
+        (flow, {**honest, "redirect_uri": REDIRECT_URI + "/"}, "invalid_grant"),
+        (flow, {**honest, "resource": server.url + "/mcp-other"}, "invalid_target"),
+    ]
+    for who, form, error in refused:
+        status, body = await who.token(http, **form)
+        assert (status, body["error"]) == (400, error), (form, body)
+    status, tokens = await flow.token(http, **honest)
+    assert status == 200, tokens
+    status, _, _ = await mcp(http, server, tokens["access_token"])
+    assert status == 200
+    # Spent: presented again, the code has leaked, and its grant ends.
+    status, body = await flow.token(http, **honest)
+    assert status == 400 and body["error"] == "invalid_grant"
+    status, _, _ = await mcp(http, server, tokens["access_token"])
+    assert status == 401
+    status, body = await flow.token(http, grant_type="refresh_token",
+                                    refresh_token=tokens["refresh_token"])
+    assert status == 400 and body["error"] == "invalid_grant"
+
+
 async def test_consent_needs_the_page_cookie(server: LiveServer, person: User,
                                              http: aiohttp.ClientSession) -> None:
     _, client = await register(http, server.url)
@@ -425,6 +468,43 @@ async def test_refresh_tokens_rotate_and_a_reuse_revokes_the_family(
     for access in (first["access_token"], second["access_token"]):
         status, _, headers = await mcp(http, server, access)
         assert status == 401 and challenge(headers)["error"] == "invalid_token"
+
+
+async def test_a_refused_refresh_is_not_used_up(server: LiveServer, person: User,
+                                               http: aiohttp.ClientSession) -> None:
+    """A refresh that asks for more than the grant, or comes from another client
+    or for another resource, is refused and spends nothing: the client's next,
+    honest refresh is no "reuse" and the grant lives on. Reusing a token that a
+    successful refresh spent still ends the family."""
+    flow, first = await tokens_for(server.url, person.api_key, scope="kalends:read")
+    _, stranger = await register(http, server.url)
+    token = first["refresh_token"]
+    refused: list[tuple[Flow, dict[str, str], str]] = [
+        (flow, {"scope": "kalends:write"}, "invalid_scope"),
+        (flow, {"scope": "kalends:read kalends:write"}, "invalid_scope"),
+        (flow, {"scope": "kalends:read openid"}, "invalid_scope"),
+        (flow, {"scope": ""}, "invalid_scope"),
+        (flow, {"resource": server.url + "/mcp-other"}, "invalid_target"),
+        (Flow(server.url, stranger["client_id"]), {}, "invalid_grant"),
+    ]
+    for who, extra, error in refused:
+        status, body = await who.token(http, grant_type="refresh_token", refresh_token=token,
+                                       **extra)
+        assert (status, body["error"]) == (400, error), (extra, body)
+    status, second = await flow.token(http, grant_type="refresh_token", refresh_token=token,
+                                      scope="kalends:read")
+    assert status == 200, second
+    assert second["scope"] == "kalends:read"
+    status, _, _ = await mcp(http, server, second["access_token"])
+    assert status == 200
+    # The spent token again: the whole family ends, the newest tokens with it.
+    status, body = await flow.token(http, grant_type="refresh_token", refresh_token=token)
+    assert status == 400 and body["error"] == "invalid_grant"
+    status, body = await flow.token(http, grant_type="refresh_token",
+                                    refresh_token=second["refresh_token"])
+    assert status == 400 and body["error"] == "invalid_grant"
+    status, _, _ = await mcp(http, server, second["access_token"])
+    assert status == 401
 
 
 async def test_revocation(server: LiveServer, person: User, http: aiohttp.ClientSession

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -105,6 +108,68 @@ async def test_scrape_counts_requests_and_reads_pool_and_queue(
             assert ("kalends_jobs_queued",
                     frozenset({"entrypoint": entrypoint, "status": status}.items())) in after
         assert ("kalends_jobs_failed", frozenset({"entrypoint": entrypoint}.items())) in after
+
+
+async def _leave_mid_body(base: str, path: str, user: User) -> None:
+    """Send the headers and half the announced body, then close the connection."""
+    url = urlsplit(base)
+    _, writer = await asyncio.open_connection(url.hostname, url.port)
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: kalends\r\nContent-Type: application/json\r\n"
+                 f"Authorization: Bearer {user.api_key}\r\nContent-Length: 100\r\n\r\n"
+                 '{"display_name": '.encode())
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+
+async def test_a_client_that_leaves_mid_request_is_counted_apart(
+    live_server: LiveServer, user: User, caplog: Any
+) -> None:
+    """No 500 and no traceback: the client closed the connection. The access log
+    and the metrics say 499 (the client left first)."""
+    caplog.set_level(logging.INFO)
+    before = await samples_of(live_server)
+    for path in ("/v1/profiles", "/graphql", "/mcp-developer"):
+        await _leave_mid_body(live_server.url, path, user)
+
+    def access_lines() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "kalends.access"
+                and r.getMessage() == "request" and getattr(r, "path", None) != "/metrics"]
+
+    deadline = time.monotonic() + 30
+    while len(access_lines()) < 3:  # the server notices each close on its own time
+        assert time.monotonic() < deadline, caplog.records
+        await asyncio.sleep(0.05)
+    lines = access_lines()
+    assert sorted(r.path for r in lines) == ["/graphql", "/mcp-developer", "/v1/profiles"]  # type: ignore[attr-defined]
+    assert {(r.levelno, r.status, getattr(r, "client_closed", False))  # type: ignore[attr-defined]
+            for r in lines} == {(logging.INFO, 499, True)}
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+    after = await samples_of(live_server)
+
+    def rise(operation: str, status: str) -> float:
+        labels = {"operation": operation, "method": "POST", "status": status}
+        return (value(after, "kalends_http_requests_total", **labels)
+                - value(before, "kalends_http_requests_total", **labels))
+
+    for operation in ("createProfile", "/graphql", "/mcp-developer"):
+        assert rise(operation, "499") == 1, operation
+        assert rise(operation, "500") == 0, operation
+
+
+async def test_requests_the_http_parser_refuses_are_counted(live_server: LiveServer) -> None:
+    """Answered before any route is known (rest_bridge/protocol.py): `malformed`."""
+    before = await samples_of(live_server)
+    url = urlsplit(live_server.url)
+    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: kalends\r\nX-Note: a\x00b\r\n\r\n")
+    assert (await asyncio.wait_for(reader.read(), 30)).startswith(b"HTTP/1.0 400 ")
+    writer.close()
+    after = await samples_of(live_server)
+    labels = {"operation": "malformed", "method": "other", "status": "400"}
+    assert (value(after, "kalends_http_requests_total", **labels)
+            - value(before, "kalends_http_requests_total", **labels)) == 1
 
 
 async def test_a_configured_token_is_required(server_with_token: LiveServer) -> None:

@@ -12,16 +12,24 @@ import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
 import asyncpg
 import orjson
 import pytest
+from conftest import LiveServer
 
 import db.migrate
+from db import secrets as instance_secrets
+from db.database import Database
 from db.migrate import migrate
+from kalends import config
+from kalends.connected.vault import Vault
+from kalends.pagination import Cursors
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = sorted(p.stem for p in (ROOT / "db" / "migrations").glob("*.sql"))
@@ -190,3 +198,116 @@ async def test_concurrent_migrate_calls_in_one_process(fresh_database: str) -> N
     )
     assert sorted(v for applied in results for v in applied) == VERSIONS, results
     assert await recorded(fresh_database) == [(v, 1) for v in VERSIONS]
+
+
+# -- instance secrets, sealed since 0013 ----------------------------------------------
+
+SEALED_SINCE = "0013_sealed_instance_secrets"
+
+
+async def _instance_secrets(dsn: str) -> dict[str, asyncpg.Record]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT * FROM instance_secrets")
+    finally:
+        await conn.close()
+    return {row["name"]: row for row in rows}
+
+
+async def _left_in_clear(dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    """A database as the releases before 0013 left it (secrets in clear), then
+    migrated by this one: the secrets' values."""
+    every = db.migrate._migrations()
+    monkeypatch.setattr(db.migrate, "_migrations",
+                        lambda: [m for m in every if m[0] < SEALED_SINCE])
+    await migrate(dsn)
+    monkeypatch.undo()
+    clear = {name: bytes(row["value"]) for name, row in (await _instance_secrets(dsn)).items()}
+    assert set(clear) == {"cursor", "oauth_csrf"}
+    assert SEALED_SINCE in await migrate(dsn)
+    return clear
+
+
+async def test_secrets_left_in_clear_are_sealed_and_keep_their_values(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service seals them when it starts, with the service key, values
+    unchanged: a cursor signed with the key before still verifies, across a
+    restart too."""
+    clear = await _left_in_clear(fresh_database, monkeypatch)
+    settings = replace(config.load(), secret_key=secrets.token_urlsafe(32))
+    assert settings.secret_key is not None
+    live = LiveServer(fresh_database, settings=settings, run_jobs=False)
+    try:
+        user = live.create_user()
+        async with aiohttp.ClientSession(headers=user.headers) as http:
+            for n in range(2):
+                async with http.post(live.url + "/v1/profiles", json={
+                        "platform_id": f"sealed-{n}-{secrets.token_hex(4)}",
+                        "display_name": "Sealed"}) as response:
+                    assert response.status == 201
+            async with http.get(live.url + "/v1/profiles", params={"limit": "1"}) as response:
+                first = await response.json()
+    finally:
+        live.close()
+
+    stored = await _instance_secrets(fresh_database)
+    vault = Vault(settings.secret_key)
+    for name, value in clear.items():
+        sealed = bytes(stored[name]["value"])
+        assert stored[name]["sealed"] is True, name
+        assert value not in sealed and value.hex().encode() not in sealed, name
+        assert vault.open(sealed) == value.hex(), name
+    # The cursor the service signed is the one the key in clear signs.
+    user_id = await fetchval(fresh_database, "SELECT user_id FROM consumers WHERE name = $1",
+                             user.consumer)
+    _, after = Cursors(clear["cursor"]).decode(f"profiles:{user_id}", first["next_cursor"])
+    assert after == first["data"][0]["id"]
+
+    again = LiveServer(fresh_database, settings=settings, run_jobs=False)
+    try:
+        async with aiohttp.ClientSession(headers=user.headers) as http, http.get(
+                again.url + "/v1/profiles",
+                params={"limit": "1", "cursor": first["next_cursor"]}) as response:
+            assert response.status == 200
+            second = await response.json()
+    finally:
+        again.close()
+    assert len(second["data"]) == 1 and second["data"][0]["id"] != after
+    assert await _instance_secrets(fresh_database) == stored  # sealed once
+
+
+async def test_sealing_races_safely_and_a_changed_key_is_refused(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Processes starting at once on a database with secrets in clear all read
+    the same secret, sealed once. A service key that cannot open it is an error
+    that says so, and nothing is replaced: a new secret would void everything
+    signed before without a word."""
+    clear = await _left_in_clear(fresh_database, monkeypatch)
+    vault = Vault(secrets.token_urlsafe(32))
+    database = await Database.connect(fresh_database, min_size=6, max_size=6)
+    try:
+        starts = [instance_secrets.get(database, vault, "cursor") for _ in range(6)]
+        assert await asyncio.gather(*starts) == [clear["cursor"]] * 6
+        sealed = await _instance_secrets(fresh_database)
+        assert sealed["cursor"]["sealed"] is True
+        assert vault.open(bytes(sealed["cursor"]["value"])) == clear["cursor"].hex()
+
+        other = Vault(secrets.token_urlsafe(32))
+        with pytest.raises(instance_secrets.SealedWithAnotherKey,
+                           match=r"^the database's secret 'cursor' was sealed with another "
+                                 r"service key: KALENDS_SECRET_KEY \(else secret.key in "
+                                 r"KALENDS_DATA_DIR\) must be"):
+            await instance_secrets.get(database, other, "cursor")
+        assert await _instance_secrets(fresh_database) == sealed
+
+        # A secret that is missing is made, sealed, once, whoever asks first.
+        await database.execute("DELETE FROM instance_secrets WHERE name = 'oauth_csrf'")
+        made = await asyncio.gather(*(instance_secrets.get(database, vault, "oauth_csrf")
+                                      for _ in range(6)))
+        assert len(set(made)) == 1 and len(made[0]) == 32 and made[0] != clear["oauth_csrf"]
+        row = (await _instance_secrets(fresh_database))["oauth_csrf"]
+        assert row["sealed"] is True and vault.open(bytes(row["value"])) == made[0].hex()
+    finally:
+        await database.close()

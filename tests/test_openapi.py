@@ -146,6 +146,40 @@ def test_a_generated_client_has_one_model_per_resource(document: dict[str, Any],
             "application/json"]["schema"] == {"$ref": "#/components/schemas/Event"}, name
 
 
+def test_one_profile_whatever_the_operation(document: dict[str, Any]) -> None:
+    """createProfile answers the Profile the reads answer, plus `organization_id`
+    (spec): one component, that key optional and said to be createProfile's."""
+    schemas = document["components"]["schemas"]
+    assert [name for name in schemas if name[-1].isdigit()] == []
+    profile = {"$ref": "#/components/schemas/Profile"}
+    for name, status in (("createProfile", "201"), ("getProfile", "200"),
+                         ("updateProfile", "200")):
+        [op] = [o for _, _, o in _operations(document) if o["operationId"] == name]
+        assert op["responses"][status]["content"]["application/json"]["schema"] == profile
+    organization = schemas["Profile"]["properties"]["organization_id"]
+    assert organization["type"] == "string" and "createProfile" in organization["description"]
+    assert "organization_id" not in schemas["Profile"]["required"]
+    assert "id" in schemas["Profile"]["required"]
+
+
+def test_lists_that_refuse_repeats_say_so(document: dict[str, Any]) -> None:
+    """`uniqueItems` wherever the server refuses a repeated entry, in OpenAPI and in
+    the MCP tools' input schemas (the same models)."""
+    from kalends.registry import OPERATIONS
+
+    schemas = document["components"]["schemas"]
+    unique = {
+        ("SubscriptionCreate", "external_calendar_ids"),
+        ("WebhookEndpointCreate", "event_types"), ("WebhookEndpointUpdate", "event_types"),
+    }
+    for model, field in unique:
+        assert schemas[model]["properties"][field]["uniqueItems"] is True, (model, field)
+    for name in ("createSubscription", "createWebhookEndpoint", "updateWebhookEndpoint"):
+        properties = OPERATIONS[name].tool_input_schema()["properties"]
+        field = "external_calendar_ids" if name == "createSubscription" else "event_types"
+        assert properties[field]["uniqueItems"] is True, name
+
+
 def _defaults(schema: Any, where: str) -> Iterator[tuple[str, Any, Any]]:
     if isinstance(schema, dict):
         if "default" in schema:

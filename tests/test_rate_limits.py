@@ -193,6 +193,31 @@ async def test_unauthenticated_requests_are_limited_by_address(
     assert (await limited_api.get("/v1/profiles", user))[0] == 200
 
 
+async def test_a_valid_key_is_charged_to_its_consumer_on_routes_that_take_none(
+    limited: LiveServer, limited_api: Api
+) -> None:
+    """`GET /graphql` (405) and an unknown path (404) with a valid key: the key's
+    consumer pays, as on every authenticated request, not the address."""
+    user = await asyncio.to_thread(limited.create_user)
+    status, body, headers = await limited_api.get("/graphql", user)
+    assert_error(status, body, 405, "method_not_allowed")
+    assert _state(headers)[0] == QUOTA - 1
+    status, body, headers = await limited_api.get("/v1/nowhere", user)
+    assert_error(status, body, 404, "route_not_found")
+    assert _state(headers)[0] == QUOTA - 2
+    # The address's bucket is whole; an unknown key is the address's to pay.
+    for _ in range(ANONYMOUS):
+        assert (await limited_api.get("/openapi.json"))[0] == 200
+    status, body, headers = await limited_api.get(
+        "/graphql", headers={"Authorization": "Bearer kal_nope"})
+    assert_error(status, body, 429, "rate_limit_exceeded")
+    assert headers["RateLimit-Policy"] == f'"default";q={ANONYMOUS};w={WINDOW}'
+    # The consumer's quota runs out on such routes as on any other.
+    for _ in range(QUOTA - 2):
+        assert (await limited_api.get("/graphql", user))[0] == 405
+    assert_error(*(await limited_api.get("/graphql", user))[:2], 429, "rate_limit_exceeded")
+
+
 def test_two_processes_share_one_quota(database_url: str) -> None:
     """Two services (pools of their own, as separate processes have) on one database."""
     with migrated_database(database_url, prefix="kalends_rl") as dsn:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
+import orjson
+import pytest
 from conftest import assert_error
 
 from kalends import accounts
@@ -190,3 +195,41 @@ async def test_timestamps_are_utc_whole_seconds(api: Any, user: Any) -> None:
     )
     for field in ("created_at", "updated_at"):
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", body[field]), body[field]
+
+
+async def _raw(base: str, data: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send `data` as it is (no HTTP client would) and read the answer to the end:
+    the server closes the connection after refusing a message it cannot parse."""
+    url = urlsplit(base)
+    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize("raw", [
+    b"GET /v1/profiles?q=" + b"a" * 8200 + b" HTTP/1.1\r\nHost: kalends\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: kalends\r\nX-Note: a\x00b\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: kalends\r\nX-Long: " + b"b" * 9000 + b"\r\n\r\n",
+], ids=["request line over 8190 bytes", "NUL in a header", "header over 8190 bytes"])
+async def test_what_the_http_parser_refuses_gets_the_envelope(live_server: Any, raw: bytes,
+                                                             caplog: Any) -> None:
+    """aiohttp's parser refuses these before any middleware runs (rest_bridge/protocol.py):
+    still the contract's envelope, and one access line at info, no error or traceback."""
+    caplog.set_level(logging.INFO)
+    status, headers, body = await _raw(live_server.url, raw)
+    assert headers["content-type"] == "application/json", body
+    error = assert_error(status, orjson.loads(body), 400, "invalid_json")
+    assert error["type"] == "invalid_request_error"
+    assert headers["x-request-id"] == error["request_id"]
+    mine = [r for r in caplog.records if r.name.startswith(("aiohttp", "kalends.http", "kalends.access"))]
+    assert [(r.levelno, r.getMessage(), getattr(r, "status", None), r.exc_info)
+            for r in mine] == [(logging.INFO, "request", 400, None)], mine
+    assert mine[0].request_id == error["request_id"]  # type: ignore[attr-defined]

@@ -111,11 +111,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             outbound.guarded_session(
                 allow_loopback=settings.oauth_allow_loopback_clients) as guarded:
         server = None
+        vault = connected.open_vault(settings)
         if settings.oauth_issuer is None:
             async def fetch_keys() -> dict[str, Any]:
                 return await keys.jwks(db)
 
-            vault = connected.open_vault(settings)
             await keys.signing_key(db, vault)  # made on first start, so the JWKS is never empty
             fetcher = ClientMetadataFetcher(
                 guarded, allow_loopback=settings.oauth_allow_loopback_clients)
@@ -125,7 +125,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         else:
             fetch_keys = _IssuerKeys(session, settings.oauth_issuer).fetch
         app[OAUTH] = OAuth(settings, Verifier(KeyCache(fetch_keys)), server,
-                           await instance_secrets.get(db, "oauth_csrf"))
+                           await instance_secrets.get(db, vault, "oauth_csrf"))
         sweeper = None if server is None else asyncio.create_task(housekeeping.every(
             3600, "prune expired OAuth grants", lambda: oauth_store.forget_expired(db)))
         yield

@@ -12,6 +12,9 @@ database reader from using them.
 - Access tokens: JWTs for the /mcp audience, minutes long. Refresh tokens:
   opaque, rotated on each use; presenting a used one again
   revokes its whole grant (and the access tokens naming it).
+- A code or refresh token is spent only by a request that succeeds: one
+  refused (wrong client, verifier, redirect URI, resource or scope) leaves it
+  as it was.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+import asyncpg
 import jwt
 
 from db import oauth as store
@@ -276,68 +280,82 @@ class AuthorizationServer:
 
     async def _redeem_code(self, form: Mapping[str, str], client: Client,
                            issuer: str) -> dict[str, Any]:
-        verifier = form.get("code_verifier", "")
-        grant = await self._use_once(store.redeem_code, form.get("code", ""),
-                                     "authorization code")
-        if grant["client_id"] != client.client_id:
-            raise OAuthError("invalid_grant", "The code was issued to another client.")
-        if form.get("redirect_uri", grant["redirect_uri"]) != grant["redirect_uri"]:
-            raise OAuthError("invalid_grant", "redirect_uri differs from the authorization's.")
-        if not _PKCE.match(verifier) or not hmac.compare_digest(
-                _s256(verifier), grant["code_challenge"]):
-            raise OAuthError("invalid_grant", "code_verifier does not match the code_challenge.")
-        if form.get("resource", grant["resource"]) != grant["resource"]:
-            raise OAuthError("invalid_target", f"The grant is for {grant['resource']}.")
-        return await self._issue(grant["grant_id"], client, grant["consumer_name"], grant["scope"],
-                                 grant["resource"], issuer)
+        def check(grant: asyncpg.Record) -> _Grant:
+            if grant["client_id"] != client.client_id:
+                raise OAuthError("invalid_grant", "The code was issued to another client.")
+            if form.get("redirect_uri", grant["redirect_uri"]) != grant["redirect_uri"]:
+                raise OAuthError("invalid_grant",
+                                 "redirect_uri differs from the authorization's.")
+            verifier = form.get("code_verifier", "")
+            if not _PKCE.match(verifier) or not hmac.compare_digest(
+                    _s256(verifier), grant["code_challenge"]):
+                raise OAuthError("invalid_grant",
+                                 "code_verifier does not match the code_challenge.")
+            if form.get("resource", grant["resource"]) != grant["resource"]:
+                raise OAuthError("invalid_target", f"The grant is for {grant['resource']}.")
+            return _Grant(grant["grant_id"], grant["consumer_name"], grant["scope"],
+                          grant["resource"])
+
+        return await self._exchange(_CODE, form.get("code", ""), check, client, issuer)
 
     async def _refresh(self, form: Mapping[str, str], client: Client,
                        issuer: str) -> dict[str, Any]:
-        row = await self._use_once(store.use_refresh_token, form.get("refresh_token", ""),
-                                   "refresh token")
-        if row["client_id"] != client.client_id:
-            raise OAuthError("invalid_grant", "The refresh token was issued to another client.")
-        if form.get("resource", row["resource"]) != row["resource"]:
-            raise OAuthError("invalid_target", f"The grant is for {row['resource']}.")
-        granted = row["scope"].split()
-        asked = form.get("scope")
-        scope = row["scope"]
-        if asked is not None:
-            if not set(asked.split()) <= set(granted):
-                raise OAuthError("invalid_scope", "A refresh cannot widen the grant's scope.")
-            scope = " ".join(s for s in SCOPES if s in asked.split())
-        return await self._issue(row["grant_id"], client, row["consumer_name"], scope,
-                                 row["resource"], issuer)
+        def check(row: asyncpg.Record) -> _Grant:
+            if row["client_id"] != client.client_id:
+                raise OAuthError("invalid_grant",
+                                 "The refresh token was issued to another client.")
+            if form.get("resource", row["resource"]) != row["resource"]:
+                raise OAuthError("invalid_target", f"The grant is for {row['resource']}.")
+            return _Grant(row["grant_id"], row["consumer_name"],
+                          _narrowed(row["scope"], form.get("scope")), row["resource"])
 
-    async def _use_once(self, use: Callable[[Tx, bytes], Awaitable[tuple[str, Any]]],
-                        secret: str, what: str) -> Any:
-        """Present a single-use secret (a code, a refresh token). One presented a
-        second time has leaked, or two parties hold it: its whole grant is revoked,
-        refresh tokens and access tokens alike, and the rightful client signs in again."""
-        async with self._db.transaction() as tx:
-            outcome, row = await use(tx, hash_key(secret))
-            if outcome == "reused" and row is not None:
-                await store.revoke_grant(tx, row["grant_id"], f"{what} reused")
-        if outcome != "ok" or row is None:
-            raise OAuthError("invalid_grant", f"The {what} is {outcome}.")
-        return row
+        return await self._exchange(_REFRESH_TOKEN, form.get("refresh_token", ""), check,
+                                    client, issuer)
 
-    async def _issue(self, grant_id: str, client: Client, consumer: str, scope: str,
-                     resource: str, issuer: str) -> dict[str, Any]:
+    async def _exchange(self, kind: _SingleUse, secret: str,
+                        check: Callable[[asyncpg.Record], _Grant], client: Client,
+                        issuer: str) -> dict[str, Any]:
+        """Present a single-use secret (a code, a refresh token) and issue tokens.
+
+        The request is checked in full (`check`: client, verifier, redirect URI,
+        resource, scope) before the secret is spent, and the secret is spent in
+        the transaction that stores its successor: a request that is refused or
+        fails on the way spends nothing, so a stranger who saw the secret cannot
+        use it up, nor can a client's own mistake. One presented after it was
+        spent has leaked, or two parties hold it: its whole grant is revoked,
+        refresh tokens and access tokens alike, and the rightful client signs in
+        again. The row stays locked from the verdict to the commit, so of several
+        requests racing with one secret exactly one wins and the others are
+        reuse."""
+        # Read before the row is locked: on a first start it is made here, in a
+        # transaction (and a pool connection) of its own.
         key = await keys.signing_key(self._db, self._vault)
+        async with self._db.transaction() as tx:
+            outcome, row = await kind.find(tx, hash_key(secret))
+            if outcome == "ok" and row is not None:
+                grant = check(row)  # raises before anything is written
+                await kind.spend(tx, row)
+                return await self._issue(tx, key, grant, client, issuer)
+            if outcome == "reused" and row is not None:
+                await store.revoke_grant(tx, row["grant_id"], f"{kind.what} reused")
+        raise OAuthError("invalid_grant", f"The {kind.what} is {outcome}.")
+
+    async def _issue(self, tx: Tx, key: keys.SigningKey, grant: _Grant, client: Client,
+                     issuer: str) -> dict[str, Any]:
         now = int(time.time())
         ttl = int(self._access_ttl.total_seconds())
-        claims = {"iss": issuer, "sub": consumer, "aud": resource, "iat": now, "nbf": now,
-                  "exp": now + ttl, "jti": secrets.token_urlsafe(16), "scope": scope,
-                  "client_id": client.client_id, "grant_id": grant_id}
+        claims = {"iss": issuer, "sub": grant.consumer, "aud": grant.resource, "iat": now,
+                  "nbf": now, "exp": now + ttl, "jti": secrets.token_urlsafe(16),
+                  "scope": grant.scope, "client_id": client.client_id,
+                  "grant_id": grant.grant_id}
         access = jwt.encode(claims, key.private_key, algorithm=keys.ALGORITHM,
                             headers={"kid": key.kid, "typ": "at+jwt"})
         out: dict[str, Any] = {"access_token": access, "token_type": "Bearer",
-                               "expires_in": ttl, "scope": scope}
+                               "expires_in": ttl, "scope": grant.scope}
         if "refresh_token" in client.grant_types:
             refresh = secrets.token_urlsafe(32)
-            await store.insert_refresh_token(self._db, hash_key(refresh), grant_id, scope,
-                                             REFRESH_TTL)
+            await store.insert_refresh_token(tx, hash_key(refresh), grant.grant_id,
+                                             grant.scope, REFRESH_TTL)
             out["refresh_token"] = refresh
         return out
 
@@ -367,6 +385,50 @@ class AuthorizationServer:
             return None
         grant = claims.get("grant_id")
         return grant if isinstance(grant, str) else None
+
+
+@dataclass(frozen=True)
+class _Grant:
+    """What an accepted code or refresh token issues tokens for."""
+
+    grant_id: str
+    consumer: str
+    scope: str
+    resource: str
+
+
+@dataclass(frozen=True)
+class _SingleUse:
+    """A secret exchanged once: found with its row locked, spent on success."""
+
+    what: str
+    find: Callable[[Tx, bytes], Awaitable[tuple[str, asyncpg.Record | None]]]
+    spend: Callable[[Tx, asyncpg.Record], Awaitable[None]]
+
+
+async def _spend_code(tx: Tx, grant: asyncpg.Record) -> None:
+    await store.spend_code(tx, grant["grant_id"])
+
+
+async def _spend_refresh_token(tx: Tx, row: asyncpg.Record) -> None:
+    await store.spend_refresh_token(tx, bytes(row["token_hash"]))
+
+
+_CODE = _SingleUse("authorization code", store.find_code, _spend_code)
+_REFRESH_TOKEN = _SingleUse("refresh token", store.find_refresh_token, _spend_refresh_token)
+
+
+def _narrowed(granted: str, asked: str | None) -> str:
+    """The scope a refresh asks for: the grant's, or a part of it, never more."""
+    if asked is None:
+        return granted
+    words = asked.split()
+    if not words:
+        raise OAuthError("invalid_scope",
+                         f"scope is empty: ask for {READ} or {WRITE}, or leave it out.")
+    if not set(words) <= set(granted.split()):
+        raise OAuthError("invalid_scope", "A refresh cannot widen the grant's scope.")
+    return " ".join(s for s in SCOPES if s in words)
 
 
 def with_query(uri: str, params: Mapping[str, str | None]) -> str:
