@@ -43,14 +43,37 @@ def _default_data_dir() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME") or "~/.local/share").expanduser() / "kalends"
 
 
+class DataDirError(Exception):
+    """A data directory that cannot be used; its message is one line for the operator."""
+
+
 def data_dir() -> Path:
     configured = os.environ.get("KALENDS_DATA_DIR")
     path = (Path(configured) if configured else _default_data_dir()).expanduser().resolve()
     if path == Path("/root") or Path("/root") in path.parents:
-        raise SystemExit(
+        raise DataDirError(
             f"KALENDS_DATA_DIR={path} lies under /root; the embedded database changes the "
             "permissions of its data directory's parents. Choose another directory."
         )
+    return path
+
+
+def usable_data_dir(base: Path | None = None) -> Path:
+    """`base` (by default `data_dir()`), created if missing: or DataDirError when this
+    process cannot create it or write in it, said before anything is started there."""
+    path = base or data_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise DataDirError(f"the data directory {path} (KALENDS_DATA_DIR) is a file, not a "
+                           "directory") from None
+    except OSError as exc:
+        # NotADirectoryError (a file above it), PermissionError, a read-only file system...
+        raise DataDirError(f"the data directory {path} (KALENDS_DATA_DIR) cannot be created: "
+                           f"{exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise DataDirError(f"the data directory {path} (KALENDS_DATA_DIR) is not writable by "
+                           f"this user (uid {os.geteuid()}); choose another directory")
     return path
 
 
@@ -132,8 +155,7 @@ def _pid_alive(pid: int) -> bool:
 
 def start(base: Path | None = None) -> tuple[str, Any]:
     """Start (or join) the embedded server; return its DSN and the server handle."""
-    base = base or data_dir()
-    base.mkdir(parents=True, exist_ok=True)
+    base = usable_data_dir(base)
     pgdata = base / "pg"
     if pgdata.exists():
         forget_the_dead(pgdata)

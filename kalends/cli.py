@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import errno
 import gc
 import getpass
+import importlib.metadata
 import logging
 import os
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -19,7 +23,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
+import asyncpg
 import orjson
 
 from db import backup, embedded
@@ -32,24 +38,32 @@ from kalends.connected.provider import PROVIDERS
 from kalends.oauth import keys as oauth_keys
 
 
+class _CannotStart(Exception):
+    """What stops a command before it does anything (a database it cannot reach, a
+    port it cannot listen on): one line for the operator, and exit status 2."""
+
+
 @contextmanager
 def _database(url: str | None, *, keep: bool = False) -> Iterator[str]:
-    """`url` (DATABASE_URL) when set; else the embedded server, stopped on the way
-    out unless another process (a running `serve`) still holds it. `keep`: this
-    process owns the server while it runs, and starts it again if it stops."""
+    """`url` (DATABASE_URL) when set, once it answers; else the embedded server,
+    stopped on the way out unless another process (a running `serve`) still holds
+    it. `keep`: this process owns the server while it runs, and starts it again if
+    it stops."""
     if url:
+        asyncio.run(_reach(url))
         yield url
         return
+    base = embedded.usable_data_dir()
     if keep:
         embedded.become_subreaper()
-    elif not embedded.running():
+    elif not embedded.running(base):
         # Most often a different KALENDS_DATA_DIR from the running server's: the
         # command would quietly work on a database no server reads.
         sys.stderr.write(
-            f"kalends: no server is running on the data directory {embedded.data_dir()} "
+            f"kalends: no server is running on the data directory {base} "
             "(KALENDS_DATA_DIR); this command started its database on its own, and a "
             "`kalends serve` using another data directory will not see the change.\n")
-    dsn, server = embedded.start()
+    dsn, server = embedded.start(base)
     try:
         if keep:
             with embedded.Keeper(server, on_restart=_count_restart):
@@ -58,6 +72,61 @@ def _database(url: str | None, *, keep: bool = False) -> Iterator[str]:
             yield dsn
     finally:
         embedded.stop(server)
+
+
+# Seconds DATABASE_URL gets to answer before a command gives up on it.
+_CONNECT_TIMEOUT = 15
+
+
+async def _reach(url: str) -> None:
+    """Connect once to DATABASE_URL, so that a database that is not there (or a URL
+    the driver cannot read) stops the command with one line, not a traceback from
+    deep inside migrations or the first request."""
+    try:
+        connection = await asyncpg.connect(url, timeout=_CONNECT_TIMEOUT)
+    except asyncpg.ClientConfigurationError as exc:
+        # Its messages name a parameter (sslmode, a certificate file, ...); the
+        # password was kept out of them by config's check.
+        raise _CannotStart("invalid configuration: DATABASE_URL is not valid: "
+                           + " ".join(str(exc).split())) from None  # its HINT on the same line
+    except (OSError, asyncpg.PostgresError) as exc:
+        # OSError: refused, unreachable, unresolvable, timed out, TLS refused or not
+        # verified (a ValueError too, hence first); PostgresError: the server's
+        # refusal (password, role, database, pg_hba.conf).
+        raise _CannotStart(f"cannot connect to the database at {_where(url)} "
+                           f"(DATABASE_URL): {_why(exc, url)}") from None
+    except ValueError:
+        # int() of a port: its message would quote the text (perhaps a piece of a
+        # password), not name the problem.
+        raise _CannotStart("invalid configuration: DATABASE_URL is not valid: a port in it "
+                           "(or in PGPORT) is not a number") from None
+    await connection.close()
+
+
+def _where(url: str) -> str:
+    """The host(s) and port(s) of a database URL, never its user name or password."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2] or dict(parse_qsl(parts.query)).get("host")
+    return hosts or "localhost"
+
+
+def _why(exc: BaseException, url: str) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {_CONNECT_TIMEOUT} seconds"
+    if isinstance(exc, socket.gaierror):
+        return f"the host name does not resolve ({exc.strerror})"
+    if isinstance(exc, ssl.SSLError):  # its errno is OpenSSL's, not the system's
+        return str(exc)
+    if isinstance(exc, (FileNotFoundError, PermissionError)):
+        # The driver reads the files the URL names without saying which one failed.
+        files = [f"{name}={value}" for name, value in parse_qsl(urlsplit(url).query)
+                 if name in ("sslrootcert", "sslcert", "sslkey", "sslcrl", "passfile")]
+        if files:
+            return f"{exc.strerror} ({', '.join(files)})"
+    if isinstance(exc, OSError) and exc.errno and exc.errno > 0:
+        # asyncio's own text ("Connect call failed ...") hides the reason.
+        return os.strerror(exc.errno)
+    return str(exc) or type(exc).__name__
 
 
 def _count_restart() -> None:
@@ -98,6 +167,14 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and not args.child:
         _share_metrics()
     settings = _settings()
+    # Bound before anything starts: a port in use or a host that does not resolve
+    # stops serve at once, with nothing to undo. Not yet listening: until the
+    # service is up, a connection is refused rather than left waiting.
+    sockets = _bind(args.host, args.port, reuse_port=args.child)
+    if args.workers > 1:
+        for sock in sockets:  # each worker binds the port itself (SO_REUSEPORT)
+            sock.close()
+    _vault_settings(settings)
     with _database(settings.database_url, keep=True) as dsn:
         if not args.child:
             asyncio.run(migrate(dsn))
@@ -125,14 +202,68 @@ def _serve(args: argparse.Namespace) -> int:
             logging.getLogger("kalends").info("serving", extra={"url": url, "pid": os.getpid()})
 
         app.on_startup.append(start)
+        _listen(sockets, args.host, args.port)
         web.run_app(
-            app, host=args.host, port=args.port, access_log=None,
-            reuse_port=args.child or None, shutdown_timeout=_SHUTDOWN_TIMEOUT, print=None,
+            app, sock=sockets, access_log=None, shutdown_timeout=_SHUTDOWN_TIMEOUT, print=None,
         )
         # run_app restored the default handlers; a second SIGTERM must not cut
         # short the database's shutdown below.
         _defer_stop_signals()
     return 0
+
+
+def _bind(host: str, port: int, *, reuse_port: bool) -> list[socket.socket]:
+    """Sockets bound to every address `host` resolves to, as aiohttp's own binding
+    (asyncio's `create_server`) makes them; or `_CannotStart` naming the problem."""
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise _CannotStart(f"cannot listen on {host}:{port} (--host): the host name does not "
+                           f"resolve ({exc.strerror})") from None
+    sockets: list[socket.socket] = []
+    refusals: list[OSError] = []
+    for family, kind, proto, _, address in dict.fromkeys(addresses):
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError:
+            continue  # a family this machine lacks (IPv6 disabled): skipped, as asyncio does
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+        except OSError as exc:
+            sock.close()
+            refusals.append(exc)
+            continue
+        sockets.append(sock)
+    # As asyncio: an address that cannot be assigned (its family not enabled) is
+    # skipped when another one binds; any other refusal stops the start.
+    fatal = [exc for exc in refusals if exc.errno != errno.EADDRNOTAVAIL or not sockets]
+    if fatal or not sockets:
+        for sock in sockets:
+            sock.close()
+        reason = fatal[0].strerror if fatal else "no usable address"
+        raise _CannotStart(f"cannot listen on {host}:{port} (--host, --port): {reason}")
+    return sockets
+
+
+# As aiohttp's default.
+_BACKLOG = 128
+
+
+def _listen(sockets: list[socket.socket], host: str, port: int) -> None:
+    try:
+        for sock in sockets:
+            sock.listen(_BACKLOG)
+    except OSError as exc:
+        # Bound, yet taken since: another process listens on it already (both of
+        # us asked for SO_REUSEADDR, which lets two binds through but one listen).
+        raise _CannotStart(f"cannot listen on {host}:{port} (--host, --port): "
+                           f"{exc.strerror}") from None
 
 
 def _drain_then_exit(app: Any) -> None:
@@ -204,10 +335,28 @@ def _settings() -> config.Settings:
         sys.exit(2)
 
 
+def _database_url() -> str | None:
+    """DATABASE_URL for the commands that read no other setting, or exit 2 as `_settings`."""
+    try:
+        return config.database_url()
+    except config.ConfigError as exc:
+        sys.stderr.write(f"kalends: invalid configuration: {exc}\n")
+        sys.exit(2)
+
+
+def _vault_settings(settings: config.Settings | None = None) -> config.Settings:
+    """The configuration (by default read now), for a command that opens the vault: its
+    key file lies in the data directory unless KALENDS_SECRET_KEY is set."""
+    settings = settings or _settings()
+    if settings.secret_key is None:
+        embedded.usable_data_dir()
+    return settings
+
+
 def _worker(args: argparse.Namespace) -> int:
     """Background jobs only: run as many as you like, on any machine."""
     logs.configure()
-    settings = _settings()
+    settings = _vault_settings()
     with _database(settings.database_url) as dsn:
         asyncio.run(_run_worker(dsn, settings))
     return 0
@@ -234,7 +383,7 @@ async def _run_worker(dsn: str, settings: config.Settings) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    with _database(os.environ.get("DATABASE_URL")) as dsn:
+    with _database(_database_url()) as dsn:
         applied = asyncio.run(migrate(dsn))
     _print({"applied": applied})
     return 0
@@ -259,7 +408,7 @@ def _admin(action: Callable[[Database, argparse.Namespace], Awaitable[dict[str, 
 def _operate(produce: Callable[[str], dict[str, Any]]) -> int:
     """Run an admin command on the database: its result on stdout, or an operator's
     mistake as one JSON object on stderr and exit status 1."""
-    with _database(os.environ.get("DATABASE_URL")) as dsn:
+    with _database(_database_url()) as dsn:
         try:
             result = produce(dsn)
         except accounts.AdminError as exc:
@@ -301,103 +450,158 @@ def _bounded(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kalends", description="Kalends scheduling service")
-    sub = parser.add_subparsers(dest="command", required=True)
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds "(default: ...)" to an option's help, except where there is no value to
+    show (a required option, a flag) or the help says in words what happens."""
 
-    serve = sub.add_parser("serve", help="run the service")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_bounded(1, 65535), default=8080)
-    serve.add_argument("--workers", type=_bounded(1, 64), default=1)
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.required or action.default is None or action.default is False \
+                or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _command(sub: Any, name: str, summary: str) -> argparse.ArgumentParser:
+    """A subcommand, its one line in the parent's -h and the head of its own."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, description=summary, formatter_class=_HelpFormatter)
+    return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kalends")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout never installed
+        return "unknown (not installed)"
+
+
+_EMAIL = "the user's e-mail address (matched case-insensitively)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kalends", description="Kalends scheduling service",
+                                     formatter_class=_HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"kalends {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = _command(sub, "serve", "run the service (REST, GraphQL and MCP over HTTP)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address or host name to listen on (0.0.0.0: every interface)")
+    serve.add_argument("--port", type=_bounded(1, 65535), default=8080, help="TCP port")
+    serve.add_argument("--workers", type=_bounded(1, 64), default=1,
+                       help="server processes sharing the port (1 to 64)")
     serve.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
 
-    sub.add_parser("worker", help=(
-        "run background jobs (subscription and calendar sync, attendee e-mail, webhooks)"
-    )).set_defaults(func=_worker)
+    _command(sub, "worker", "run background jobs (subscription and calendar sync, attendee "
+             "e-mail, webhooks)").set_defaults(func=_worker)
 
-    sub.add_parser("migrate", help="apply pending migrations").set_defaults(func=_migrate)
+    _command(sub, "migrate", "apply pending migrations").set_defaults(func=_migrate)
 
-    admin = sub.add_parser("admin", help="operator commands; each prints one JSON object")
-    asub = admin.add_subparsers(dest="admin_command", required=True)
+    admin = _command(sub, "admin", "operator commands; each prints one JSON object")
+    asub = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
 
-    p = asub.add_parser("create-user")
-    p.add_argument("--email", required=True)
-    p.add_argument("--name")
-    p.add_argument("--timezone")
+    p = _command(asub, "create-user", "create a user with a default organization, a default "
+                 "calendar, a claimed consumer and an API key (shown once)")
+    p.add_argument("--email", required=True, help="the new user's e-mail address")
+    p.add_argument("--name", help="display name (default: none; the default organization is "
+                   "then named after the e-mail address)")
+    p.add_argument("--timezone", help="IANA time zone, such as Europe/Berlin, of the user's "
+                   "agenda when a request names none (default: none, meaning UTC)")
     p.set_defaults(func=_admin(lambda db, a: accounts.create_user(db, a.email, a.name, a.timezone)))
 
-    p = asub.add_parser("create-key")
-    p.add_argument("--email", required=True)
+    p = _command(asub, "create-key", "create another API key for a user's consumer "
+                 "(shown once)")
+    p.add_argument("--email", required=True, help=_EMAIL)
     p.set_defaults(func=_admin(lambda db, a: accounts.create_key(db, a.email)))
 
-    p = asub.add_parser("revoke-key")
-    p.add_argument("--api-key", required=True)
+    p = _command(asub, "revoke-key", "revoke an API key: requests with it are refused from "
+                 "now on")
+    p.add_argument("--api-key", required=True, help="the key to revoke")
     p.set_defaults(func=_admin(lambda db, a: accounts.revoke_key(db, a.api_key)))
 
-    p = asub.add_parser("create-consumer")
-    p.add_argument("--name", required=True)
+    p = _command(asub, "create-consumer", "create an unclaimed consumer and its API key "
+                 "(unusable until claimed)")
+    p.add_argument("--name", required=True,
+                   help="consumer name: 1 to 128 letters, digits, '_' or '-'")
     p.set_defaults(func=_admin(lambda db, a: accounts.create_consumer(db, a.name)))
 
-    p = asub.add_parser("claim-consumer")
-    p.add_argument("--name", required=True)
-    p.add_argument("--email", required=True)
+    p = _command(asub, "claim-consumer", "give a consumer (or an OAuth token's subject) to "
+                 "a user: its calls act as that user")
+    p.add_argument("--name", required=True, help="the consumer's name")
+    p.add_argument("--email", required=True, help=_EMAIL)
     p.set_defaults(func=_admin(lambda db, a: accounts.claim_consumer(db, a.name, a.email)))
 
-    p = asub.add_parser("create-organization")
-    p.add_argument("--name", required=True)
-    p.add_argument("--owner", required=True)
-    p.add_argument("--handle")
+    p = _command(asub, "create-organization", "create an organization owned by a user")
+    p.add_argument("--name", required=True, help="the organization's name")
+    p.add_argument("--owner", required=True, metavar="EMAIL", help="its owner's e-mail address")
+    p.add_argument("--handle", help="unique handle: 3 to 64 letters, digits, '_', '.' or '-' "
+                   "(default: none)")
     p.set_defaults(func=_admin(
         lambda db, a: accounts.create_organization(db, a.name, a.owner, a.handle)))
 
-    p = asub.add_parser("add-member")
-    p.add_argument("--organization", required=True)
-    p.add_argument("--email", required=True)
-    p.add_argument("--role", required=True, choices=accounts.ROLES)
+    p = _command(asub, "add-member", "add a user to an organization, or change their role")
+    p.add_argument("--organization", required=True, metavar="ORG_ID",
+                   help="the organization's ID (org_...)")
+    p.add_argument("--email", required=True, help=_EMAIL)
+    p.add_argument("--role", required=True, choices=accounts.ROLES,
+                   help="owners and admins administer the organization's profiles")
     p.set_defaults(func=_admin(
         lambda db, a: accounts.add_member(db, a.organization, a.email, a.role)))
 
-    p = asub.add_parser("backup", help="write the whole database to FILE (pg_dump)")
-    p.add_argument("--to", required=True, metavar="FILE")
+    p = _command(asub, "backup", "write the whole database to FILE (pg_dump)")
+    p.add_argument("--to", required=True, metavar="FILE",
+                   help="the backup file, replaced if it exists; readable by this user only")
     p.set_defaults(func=_backup)
 
-    p = asub.add_parser("restore", help="replace the whole database with a backup, at once")
-    p.add_argument("--from", required=True, metavar="FILE", dest="source")
+    p = _command(asub, "restore", "replace the whole database with a backup, at once "
+                 "(the current contents are saved beside it first)")
+    p.add_argument("--from", required=True, metavar="FILE", dest="source",
+                   help="a file written by `kalends admin backup`")
     p.set_defaults(func=_restore)
 
-    p = asub.add_parser("create-calendar")
-    p.add_argument("--email", required=True)
-    p.add_argument("--name", required=True)
+    p = _command(asub, "create-calendar", "create another calendar for a user")
+    p.add_argument("--email", required=True, help=_EMAIL)
+    p.add_argument("--name", required=True, help="the calendar's name")
     p.set_defaults(func=_admin(lambda db, a: accounts.create_calendar(db, a.email, a.name)))
 
-    p = asub.add_parser("connect-calendars", help="connect an external account; the secret "
-                        "(app-specific password or OAuth refresh token) is read from stdin")
-    p.add_argument("--email", required=True)
-    p.add_argument("--provider", required=True, choices=PROVIDERS)
-    p.add_argument("--url")
-    p.add_argument("--username")
+    p = _command(asub, "connect-calendars", "connect an external account; the secret "
+                 "(app-specific password or OAuth refresh token) is read from stdin")
+    p.add_argument("--email", required=True, help=_EMAIL)
+    p.add_argument("--provider", required=True, choices=PROVIDERS,
+                   help="ios: iCloud or any CalDAV server; google: Google Calendar; "
+                   "microsoft: Microsoft 365 / Outlook")
+    p.add_argument("--url", help="the CalDAV server, for ios only (default: "
+                   "KALENDS_CALDAV_URL, else https://caldav.icloud.com)")
+    p.add_argument("--username", help="the CalDAV user name, for ios only (default: none; "
+                   "ios requires it)")
     p.set_defaults(func=_admin(lambda db, a: connected_admin.connect(
-        db, _settings(), a.email, a.provider, a.url, a.username, _read_secret())))
+        db, _vault_settings(), a.email, a.provider, a.url, a.username, _read_secret())))
 
-    p = asub.add_parser("disconnect-calendars")
-    p.add_argument("--account", required=True)
+    p = _command(asub, "disconnect-calendars", "remove a connected account, its calendars "
+                 "and their synced events, and the copies pushed to it")
+    p.add_argument("--account", required=True, metavar="ACCOUNT_ID",
+                   help="the connected account's ID (xac_...)")
     p.set_defaults(func=_admin(lambda db, a: connected_admin.disconnect(
-        db, _settings(), a.account)))
+        db, _vault_settings(), a.account)))
 
-    p = asub.add_parser("sync-calendars")
-    p.add_argument("--account")
+    p = _command(asub, "sync-calendars", "queue a sync of connected accounts now")
+    p.add_argument("--account", metavar="ACCOUNT_ID",
+                   help="the connected account's ID, xac_... (default: every account)")
     p.set_defaults(func=_admin(lambda db, a: connected_admin.sync_now(db, a.account)))
 
-    p = asub.add_parser("select-calendar")
-    p.add_argument("--id", required=True)
-    p.add_argument("--selected", required=True, choices=("true", "false"))
+    p = _command(asub, "select-calendar", "set whether the agenda includes a connected "
+                 "calendar by default")
+    p.add_argument("--id", required=True, metavar="CALENDAR_ID",
+                   help="the connected calendar's ID (xcal_...)")
+    p.add_argument("--selected", required=True, choices=("true", "false"),
+                   help="true: the agenda includes it by default; false: it does not")
     p.set_defaults(func=_admin(lambda db, a: connected_admin.select(db, a.id, a.selected)))
 
-    p = asub.add_parser("rotate-signing-key", help="sign /mcp access tokens with a new key; "
-                        "the old one stays published until its tokens have expired")
+    p = _command(asub, "rotate-signing-key", "sign /mcp access tokens with a new key; "
+                 "the old one stays published until its tokens have expired")
     p.set_defaults(func=_admin(lambda db, a: oauth_keys.rotate(
-        db, connected_engine.open_vault(_settings()))))
+        db, connected_engine.open_vault(_vault_settings()))))
     return parser
 
 
@@ -413,7 +617,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command != "serve":  # serve defers stop signals instead
         _exit_on_sigterm()
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    # config.ConfigError: also a database's secret sealed with another service key,
+    # found when the service starts.
+    except (_CannotStart, embedded.DataDirError, config.ConfigError) as exc:
+        sys.stderr.write(f"kalends: {exc}\n")
+        return 2
     return code
 
 

@@ -202,6 +202,13 @@ def _invalid(name: str, value: str, expected: str) -> ConfigError:
     return ConfigError(f"{name}={shown!r} is not valid: expected {expected}")
 
 
+def database_url(environ: Mapping[str, str] | None = None) -> str | None:
+    """DATABASE_URL alone, checked as `load` checks it: for the commands that read
+    nothing else (`migrate`, `admin`)."""
+    env = os.environ if environ is None else environ
+    return _database_url(env.get("DATABASE_URL"))
+
+
 def _database_url(value: str | None) -> str | None:
     if not value:
         return None
@@ -209,9 +216,16 @@ def _database_url(value: str | None) -> str | None:
         parts = urlsplit(value)
     except ValueError:
         parts = None
+    # Never echo it: a DSN may carry a password.
     if parts is None or parts.scheme not in ("postgres", "postgresql"):
-        # Never echo it: a DSN may carry a password.
         raise ConfigError("DATABASE_URL is not valid: expected postgresql://user:pass@host/db")
+    if parts.netloc.count("@") > 1 or "@" in parts.path + parts.fragment \
+            or any("@" in piece.partition("=")[0] for piece in parts.query.split("&")):
+        # An unencoded @ / ? or # in a password (a query parameter's name never has
+        # an @): the driver would take part of the password for the host, and name
+        # it in its errors.
+        raise ConfigError("DATABASE_URL is not valid: characters such as @ / ? # in the user "
+                          "name or password must be percent-encoded (%40 %2F %3F %23)")
     return value
 
 

@@ -8,6 +8,8 @@ starting and stopping it, and with `kalends serve` running on it.
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 import json
 import secrets
 import subprocess
@@ -19,7 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import orjson
 import pytest
-from conftest import migrated_database
+from conftest import LiveServer, migrated_database
+from cryptography.hazmat.primitives import serialization
 from processes import (
     ROOT,
     Service,
@@ -31,7 +34,11 @@ from test_cli import email, no_object, one_object, run_admin
 
 import db.migrate
 from db import backup, embedded
+from db import secrets as instance_secrets
+from kalends import config
 from kalends.accounts import AdminError
+from kalends.connected.vault import Vault
+from kalends.oauth import keys
 
 BACKUP = {"backup", "bytes", "database"}
 RESTORE = {"restored", "previous", "database"}
@@ -136,6 +143,76 @@ def test_round_trip(dsn: str, tmp_path: Path) -> None:
     assert Path(str(restored["previous"])).exists() and Path(str(again["previous"])).exists()
 
 
+def test_a_backup_holds_no_secret_in_clear(dsn: str, tmp_path: Path) -> None:
+    """Whoever holds a backup, without the service key, holds no secret: not the
+    key cursors are signed with, nor the consent page's CSRF key, nor webhook
+    secrets, nor the OAuth signing key, in any spelling (bytes, hex as bytea
+    dumps, base64). The archive is read both as written and as the SQL that
+    pg_restore makes of it, where table data is no longer compressed."""
+    settings = dataclasses.replace(config.load(), secret_key=secrets.token_urlsafe(32))
+    assert settings.secret_key is not None
+    vault = Vault(settings.secret_key)
+    live = LiveServer(dsn, settings=settings, run_jobs=False)
+    try:
+        address = email("backup")
+        made = one_object(run_admin(dsn, "create-user", "--email", address), USER)
+        api_key = str(made["api_key"])
+        webhook_secrets = _webhook_secrets(live, api_key)
+        found = {name: live.call(instance_secrets.get(live.db, vault, name))
+                 for name in ("cursor", "oauth_csrf")}
+        signing = live.call(keys.signing_key(live.db, vault)).private_key
+    finally:
+        live.close()
+    for index, secret in enumerate(webhook_secrets):
+        found[f"webhook secret {index}"] = secret.encode()
+        found[f"webhook key {index}"] = base64.b64decode(secret.removeprefix("whsec_"))
+    found["signing key"] = signing.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+    found["signing key scalar"] = signing.private_numbers().private_value.to_bytes(32, "big")
+
+    target = tmp_path / "kalends.dump"
+    _quiet(run_admin(dsn, "backup", "--to", str(target)), BACKUP)
+    archive = target.read_bytes()
+    script = subprocess.run([str(embedded.program("pg_restore")), "--file=-", str(target)],
+                            capture_output=True, timeout=120, check=True).stdout
+    # The reading works: what is no secret is there to be found.
+    assert address.encode() in script
+    assert all(len(value) >= 16 for value in found.values()), found
+    leaked = [name for name, value in found.items()
+              if any(s in archive or s in script for s in _spellings(value))]
+    assert leaked == []
+
+
+def _webhook_secrets(live: LiveServer, api_key: str) -> list[str]:
+    """A profile's webhook endpoint: its secret, and the one a rotation made
+    (the first is kept a day beside it)."""
+    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+    port = int(live.url.rsplit(":", 1)[1])
+    body = {"platform_id": "b-" + secrets.token_hex(5), "display_name": "Hooks"}
+    status, answer, _ = request(port, "POST", "/v1/profiles", headers, orjson.dumps(body))
+    assert status == 201, answer
+    profile = orjson.loads(answer)["id"]
+    status, answer, _ = request(
+        port, "POST", f"/v1/profiles/{profile}/webhook-endpoints", headers,
+        orjson.dumps({"url": "https://hooks.example.com/kalends", "event_types": ["event.created"]}))
+    assert status == 201, answer
+    endpoint = orjson.loads(answer)
+    status, answer, _ = request(
+        port, "POST", f"/v1/webhook-endpoints/{endpoint['id']}/rotate-secret", headers)
+    assert status == 200, answer
+    return [endpoint["secret"], orjson.loads(answer)["secret"]]
+
+
+def _spellings(value: bytes) -> set[bytes]:
+    """How a secret's bytes may appear in a dump: as they are, as hex (bytea's
+    text form), as base64 either alphabet, padded or not."""
+    out = {value, value.hex().encode(), value.hex().upper().encode()}
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        out |= {encode(value), encode(value).rstrip(b"=")}
+    return out
+
+
 def test_what_is_not_a_backup_is_refused_and_changes_nothing(dsn: str, tmp_path: Path) -> None:
     _user(dsn)
     # Enough data that the archive is mostly table data after its table of contents.
@@ -170,10 +247,16 @@ def test_a_failed_backup_leaves_no_partial_file_and_keeps_the_old_one(
     target = tmp_path / "kalends.dump"
     target.write_bytes(b"an earlier, good backup")
     unreachable = urlunsplit(urlsplit(dsn)._replace(path="/kalends_no_such_database"))
-    for database, path in ((unreachable, target), (dsn, tmp_path)):  # no server; a directory
-        proc = run_admin(database, "backup", "--to", str(path))
-        no_object(proc)
-        assert set(orjson.loads(proc.stderr)) == {"error"}
+    # No such database: refused before anything starts, in one line (exit 2).
+    proc = run_admin(unreachable, "backup", "--to", str(target))
+    no_object(proc)
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        b"kalends: cannot connect to the database at "), proc.stderr
+    assert proc.stderr.count(b"\n") == 1 and b"kalends_no_such_database" in proc.stderr
+    # A directory: the command's own refusal, a JSON object.
+    proc = run_admin(dsn, "backup", "--to", str(tmp_path))
+    no_object(proc)
+    assert set(orjson.loads(proc.stderr)) == {"error"}
     assert target.read_bytes() == b"an earlier, good backup"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kalends.dump"]
     no_object(run_admin(dsn, "backup", "--to", str(tmp_path / "no" / "such" / "dir.dump")))

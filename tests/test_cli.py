@@ -8,19 +8,24 @@ print no JSON object on stdout and leave every account table as it was.
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import os
 import re
 import secrets
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import orjson
 import pytest
 from conftest import User, assert_error
+from processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ID = re.compile(r"^(?P<prefix>[a-z]+)_[0-9a-f]{32}$")
@@ -362,3 +367,228 @@ async def _claimed_consumer(db: Any, name: str, owner_email: str) -> dict[str, A
 
     await accounts.create_consumer(db, name)
     return await accounts.claim_consumer(db, name, owner_email)
+
+
+# ---------------------------------------------------------------------------
+# First-hour mistakes: each stops the command with one line naming the problem, exit 2.
+
+PASSWORD = "pw-" + secrets.token_hex(4)
+"""In every DATABASE_URL below: it must never reach the output."""
+
+
+def run_kalends(args: Sequence[str], env: dict[str, str], **options: Any
+                ) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "kalends", *args], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **options)
+
+
+def finish(procs: Sequence[subprocess.Popen[bytes]]) -> list[subprocess.CompletedProcess[bytes]]:
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=CLI_TIMEOUT)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    return results
+
+
+def one_line(proc: subprocess.CompletedProcess[bytes], *names: str) -> str:
+    """Exit 2, nothing on stdout, and exactly one line on stderr naming `names`: no
+    traceback, no "serving" log line first."""
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 2, (proc.args, proc.returncode, stderr)
+    assert proc.stdout == b"", (proc.args, proc.stdout)
+    [line] = stderr.splitlines() or [""]
+    assert line.startswith("kalends: "), (proc.args, stderr)
+    for name in names:
+        assert name in line, (proc.args, name, line)
+    assert PASSWORD not in line, line
+    return line
+
+
+COMMANDS = ("serve", "migrate", "admin")
+
+
+def command(name: str) -> tuple[str, ...]:
+    """The arguments of one run of `name`; each serve its own port, since they run side by side."""
+    if name == "serve":
+        return ("serve", "--port", str(free_port()))
+    if name == "migrate":
+        return ("migrate",)
+    return ("admin", "create-user", "--email", "first-hour@example.com")
+
+
+def test_database_url_unreachable_or_malformed(database_url: str, tmp_path: Path) -> None:
+    refused = free_port()
+    missing = "kalends_missing_" + secrets.token_hex(4)
+    cases: dict[str, tuple[str, tuple[str, ...]]] = {
+        "refused": (f"postgresql://kalends:{PASSWORD}@127.0.0.1:{refused}/kalends",
+                    ("DATABASE_URL", f"127.0.0.1:{refused}", "Connection refused")),
+        "unresolvable": (f"postgresql://kalends:{PASSWORD}@db.kalends.invalid/kalends",
+                         ("DATABASE_URL", "db.kalends.invalid", "does not resolve")),
+        # The server answers, and refuses.
+        "no such database": (urlunsplit(urlsplit(database_url)._replace(path="/" + missing)),
+                             ("DATABASE_URL", f'database "{missing}" does not exist')),
+        "port": (f"postgresql://kalends:{PASSWORD}@127.0.0.1:fivefourthreetwo/kalends",
+                 ("DATABASE_URL is not valid", "port")),
+        "sslmode": (f"postgresql://kalends:{PASSWORD}@127.0.0.1/kalends?sslmode=always",
+                    ("DATABASE_URL is not valid", "sslmode")),
+        # Unencoded, the driver reads part of the password as the host name.
+        "@ in password": (f"postgresql://kalends:{PASSWORD}@x@127.0.0.1/kalends",
+                          ("DATABASE_URL is not valid", "percent-encoded")),
+        "/ in password": (f"postgresql://kalends:{PASSWORD}/x@127.0.0.1/kalends",
+                          ("DATABASE_URL is not valid", "percent-encoded")),
+        # The driver's message and its hint (no ~/.postgresql/root.crt), on one line.
+        "certificate": (f"postgresql://kalends:{PASSWORD}@127.0.0.1/kalends?sslmode=verify-full",
+                        ("DATABASE_URL is not valid", "root.crt", "HINT")),
+        "certificate file": (f"postgresql://kalends:{PASSWORD}@127.0.0.1/kalends?"
+                             f"sslmode=verify-full&sslrootcert={tmp_path}/missing.crt",
+                             ("DATABASE_URL", f"{tmp_path}/missing.crt", "No such file")),
+        "scheme": (f"mysql://kalends:{PASSWORD}@127.0.0.1/kalends",
+                   ("DATABASE_URL is not valid",)),
+    }
+    # Each command on the first three; the rest are read by the same code.
+    runs = [(case, name) for i, case in enumerate(cases)
+            for name in (COMMANDS if i < 3 else ("migrate",))]
+    procs = [
+        run_kalends(command(name), {**_env(cases[case][0]), "HOME": str(tmp_path / "home"),
+                                    "KALENDS_DATA_DIR": str(tmp_path / "data")})
+        for case, name in runs
+    ]
+    for (case, _), proc in zip(runs, finish(procs), strict=True):
+        one_line(proc, *cases[case][1])
+
+
+def test_port_in_use_or_host_unresolvable(tmp_path: Path) -> None:
+    """Refused before the embedded database starts: nothing to wait for, nothing to undo."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(KALENDS_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        results = finish([
+            run_kalends(("serve", "--port", port), env),
+            run_kalends(("serve", "--port", port, "--workers", "2"), env),
+            run_kalends(("serve", "--host", "kalends.invalid", "--port", port), env),
+        ])
+    one_line(results[0], f"127.0.0.1:{port}", "Address already in use")
+    one_line(results[1], f"127.0.0.1:{port}", "Address already in use")
+    one_line(results[2], "kalends.invalid", "--host", "does not resolve")
+    assert not (tmp_path / "data").exists()
+
+
+def test_unusable_data_dir(database_url: str, data_dir: Path) -> None:
+    a_file = data_dir / "a-file"
+    a_file.write_text("not a directory\n")
+    cases: list[tuple[Path, tuple[str, ...]]] = [
+        (a_file, ("is a file",)),
+        (a_file / "data", ("cannot be created", "Not a directory")),
+    ]
+    if Path("/proc/1").is_dir():
+        # Not writable even by root (who writes anywhere else).
+        cases.append((Path("/proc/1"), ("is not writable",)))
+    if os.geteuid() != 0:
+        read_only = data_dir / "read-only"
+        read_only.mkdir(mode=0o555)
+        cases += [(read_only, ("is not writable",)),
+                  (read_only / "data", ("cannot be created", "Permission denied"))]
+    base = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    runs = [(case, name) for case in range(len(cases)) for name in COMMANDS]
+    procs = [run_kalends(command(name), {**base, "KALENDS_DATA_DIR": str(cases[case][0])})
+             for case, name in runs]
+    # With DATABASE_URL too, serve keeps its key file (connected accounts' secrets) there.
+    with_database = {**_env(database_url), "KALENDS_DATA_DIR": str(a_file)}
+    with_database.pop("KALENDS_SECRET_KEY", None)
+    procs.append(run_kalends(command("serve"), with_database))
+    *results, served = finish(procs)
+    for (case, _), proc in zip(runs, results, strict=True):
+        path, names = cases[case]
+        one_line(proc, f"data directory {path} (KALENDS_DATA_DIR)", *names)
+    one_line(served, f"data directory {a_file} (KALENDS_DATA_DIR)", "is a file")
+    assert a_file.read_text() == "not a directory\n"
+
+
+# ---------------------------------------------------------------------------
+# Help and version
+
+
+def _subcommands(parser: Any) -> dict[str, Any]:
+    """The parser's own subcommands, by name (argparse keeps no public list)."""
+    [action] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def _listed(help_text: str) -> dict[str, str]:
+    """Each subcommand a -h lists, with its description: `    name  text`, or a long name
+    alone on its line with the text on the next, indented further."""
+    lines = help_text.splitlines()
+    listed: dict[str, str] = {}
+    for i, line in enumerate(lines):
+        match = re.match(r"^    (\S+)(?: +(\S.*))?$", line)
+        if match:
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            listed[match[1]] = match[2] or (following.strip() if following.startswith(" " * 6)
+                                            else "")
+    return listed
+
+
+def test_help_describes_every_command_and_option() -> None:
+    from kalends.cli import _parser
+
+    parser = _parser()
+    commands = _subcommands(parser)
+    admin = _subcommands(commands["admin"])
+    assert len(admin) >= 15, sorted(admin)
+    results = finish([run_kalends(("-h",), dict(os.environ)),
+                      run_kalends(("admin", "-h"), dict(os.environ))])
+    for proc, expected in zip(results, (commands, admin), strict=True):
+        assert proc.returncode == 0, proc.stderr.decode()
+        listed = _listed(proc.stdout.decode())
+        assert set(listed) == set(expected), proc.stdout.decode()
+        undescribed = [name for name, text in listed.items() if len(text) < 10]
+        assert not undescribed, proc.stdout.decode()
+
+    # Every option of every command says what it is, and, when it may be left out,
+    # what it is then.
+    for name, sub in [*commands.items(), *(("admin " + n, c) for n, c in admin.items())]:
+        assert sub.description, name
+        entries = _options(sub.format_help())
+        for action in sub._actions:
+            if action.dest == "help" or action.help == argparse.SUPPRESS \
+                    or not action.option_strings:
+                continue
+            assert action.help and len(action.help) >= 8, (name, action.option_strings)
+            entry = entries[action.option_strings[0]]
+            if not action.required:
+                assert "(default:" in entry, (name, action.option_strings, entry)
+    serve = _options(commands["serve"].format_help())
+    assert serve["--host"].endswith("(default: 127.0.0.1)"), serve
+    assert serve["--port"].endswith("(default: 8080)"), serve
+    assert serve["--workers"].endswith("(default: 1)"), serve
+
+
+def _options(help_text: str) -> dict[str, str]:
+    """Each option's help in a -h, by its first spelling, on one line."""
+    entries: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in help_text.splitlines():
+        match = re.match(r"^  (-[^\s,]+)[^ ]*(?: [A-Z_]+)?(.*)$", line)
+        if match:
+            current = entries.setdefault(match[1], [])
+            current.append(match[2])
+        elif line.startswith("   ") and current:
+            current.append(line)
+        else:
+            current = []
+    return {option: " ".join(" ".join(parts).split()) for option, parts in entries.items()}
+
+
+def test_version() -> None:
+    [proc] = finish([run_kalends(("--version",), dict(os.environ))])
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode() == f"kalends {importlib.metadata.version('kalends')}\n"
