@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import date, datetime, timedelta
@@ -10,6 +12,7 @@ from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 import pytest
+from caldav_server import Radicale
 from conftest import Api, LiveServer, User
 
 from kalends.connected import admin, engine
@@ -20,6 +23,22 @@ PARIS = ZoneInfo("Europe/Paris")
 
 class HasServer(Protocol):
     server: LiveServer
+
+
+@dataclasses.dataclass
+class Person:
+    user: User
+    login: str
+    password: str
+
+
+def new_person(server: LiveServer, radicale: Radicale) -> Person:
+    """A Kalends user with a CalDAV login of their own and one calendar, "Work"."""
+    user = server.create_user(timezone="Europe/Paris")
+    login, password = f"u{secrets.token_hex(4)}", secrets.token_urlsafe(12)
+    radicale.set_password(login, password)
+    radicale.client(login, password).principal().make_calendar(name="Work", cal_id="work")
+    return Person(user, login, password)
 
 
 async def settled(world: HasServer, account_id: str) -> None:

@@ -11,7 +11,6 @@ import dataclasses
 import json
 import os
 import re
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,17 @@ import pytest
 import recurring_ical_events
 from caldav_server import Radicale
 from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
-from connected_world import PARIS, agenda, eventually, external, in_days, settled, sync
+from connected_world import (
+    PARIS,
+    Person,
+    agenda,
+    eventually,
+    external,
+    in_days,
+    new_person,
+    settled,
+    sync,
+)
 from ical_readers import (
     agenda_occurrences,
     beside_changes,
@@ -82,22 +91,9 @@ async def api(world: World) -> Any:
         yield Api(session, world.server.url)
 
 
-@dataclasses.dataclass
-class Person:
-    user: User
-    login: str
-    password: str
-
-
 @pytest.fixture
 def person(world: World) -> Person:
-    """A Kalends user with a CalDAV login of their own and one calendar, "Work"."""
-    user = world.server.create_user(timezone="Europe/Paris")
-    login, password = f"u{secrets.token_hex(4)}", secrets.token_urlsafe(12)
-    world.radicale.set_password(login, password)
-    principal = world.radicale.client(login, password).principal()
-    principal.make_calendar(name="Work", cal_id="work")
-    return Person(user, login, password)
+    return new_person(world.server, world.radicale)
 
 
 def other_device(world: World, p: Person, cal_id: str = "work") -> Any:

@@ -34,7 +34,7 @@ from aiohttp import web
 from aiohttp.abc import ResolveResult
 from caldav_server import Radicale, Relay, Rewrite, Served
 from conftest import Api, LiveServer, User, migrated_database
-from connected_world import agenda, settled, sync
+from connected_world import Person, agenda, new_person, settled, sync
 from fakes import google, microsoft
 
 from kalends import config, outbound
@@ -193,21 +193,9 @@ async def api(world: World) -> Any:
         yield Api(session, world.server.url)
 
 
-@dataclasses.dataclass
-class Person:
-    user: User
-    login: str
-    password: str
-
-
 @pytest.fixture
 def person(world: World) -> Person:
-    """A Kalends user with a CalDAV login and one calendar, "Work"."""
-    user = world.server.create_user(timezone="Europe/Paris")
-    login, password = f"u{secrets.token_hex(4)}", secrets.token_urlsafe(12)
-    world.radicale.set_password(login, password)
-    world.radicale.client(login, password).principal().make_calendar(name="Work", cal_id="work")
-    return Person(user, login, password)
+    return new_person(world.server, world.radicale)
 
 
 def connect_caldav(world: World, p: Person) -> dict[str, Any]:
