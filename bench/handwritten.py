@@ -24,12 +24,12 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from db import accounts, events
-from db import secrets as instance_secrets
 from db.database import Database
-from kalends import config
+from kalends import instance_secrets
 from kalends.auth import hash_key
 from kalends.connected.engine import open_vault
 from kalends.pagination import Cursors
+from kalends.service import config
 from kalends.times import utc_text
 
 DB = web.AppKey("db", Database)

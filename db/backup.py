@@ -22,7 +22,7 @@ from typing import IO, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from db import embedded
-from kalends.accounts import AdminError
+from kalends.errors import AdminError
 
 # Seconds a tool may take: generous, a backup of a large database is slow.
 _TIMEOUT = 3600

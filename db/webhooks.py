@@ -112,7 +112,7 @@ async def add_message(tx: Tx, message_id: str, profile_id: str, event_type: str,
 
 
 # ---------------------------------------------------------------------------
-# Delivery (kalends/webhook_delivery.py)
+# Delivery (kalends/notify/webhook_delivery.py)
 
 
 _ENDPOINT = """

@@ -9,8 +9,8 @@ from db.database import Database
 from graph.dataloaders import Loaders
 from kalends.auth import Viewer
 from kalends.connected.vault import Vault
+from kalends.notify.webhooks import Render
 from kalends.pagination import Cursors
-from kalends.webhooks import Render
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Services:
     """Seals webhook secrets (and connected accounts')."""
     webhook_allow_http: bool = False
     webhook_render: Render | None = None
-    """Renders webhook payloads (kalends/webhook_payloads.py); set once built."""
+    """Renders webhook payloads (kalends/registry/payloads.py); set once built."""
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Context:
 
     @property
     def render(self) -> Render:
-        """What a write passes to `kalends.webhooks.record`."""
+        """What a write passes to `kalends.notify.webhooks.record`."""
         assert self.services.webhook_render is not None, "built by create_app"
         return self.services.webhook_render
 

@@ -8,7 +8,7 @@ from aiohttp import web
 from strawberry.aiohttp.views import GraphQLView
 
 from graph.context import Context
-from kalends.services import REQUEST_ID, SERVICES, VIEWER
+from kalends.service.services import REQUEST_ID, SERVICES, VIEWER
 
 
 class KalendsGraphQLView(GraphQLView[Context, None]):

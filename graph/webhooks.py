@@ -1,4 +1,4 @@
-"""Webhook endpoint resolvers; the rules are in `kalends.webhooks`."""
+"""Webhook endpoint resolvers; the rules are in `kalends.notify.webhooks`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from graph.scalars import Timestamp
 from graph.types import Page
 from kalends import ids
 from kalends import profiles as profile_rules
-from kalends import webhooks as domain
 from kalends.errors import not_found
+from kalends.notify import webhooks as domain
 
 WebhookEndpointCreateInput = input_type(domain.WebhookEndpointCreate,
                                         "WebhookEndpointCreateInput")

@@ -1,5 +1,5 @@
 import sys
 
-from kalends.cli import main
+from kalends.service.cli import main
 
 sys.exit(main())

@@ -16,16 +16,13 @@ from db import accounts, calendars, organizations
 from db.database import Database
 from kalends import ids
 from kalends.auth import hash_key, new_key
+from kalends.errors import AdminError
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _HANDLE = re.compile(r"^[A-Za-z0-9_.-]{3,64}$")
 CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 """Contract §6; the database checks the same pattern."""
 ROLES = ("owner", "admin", "member")
-
-
-class AdminError(Exception):
-    """An operator mistake; the CLI prints it and exits non-zero."""
 
 
 def _check_email(email: str) -> str:

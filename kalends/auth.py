@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from db import accounts
-from kalends.config import Rate
 from kalends.errors import ApiError
 from kalends.ratelimit import Decision
+from kalends.service.config import Rate
 
 if TYPE_CHECKING:
     from db.database import Database

@@ -145,3 +145,7 @@ def conflict(message: str, *, param: str | None = None) -> ApiError:
 def internal_error() -> ApiError:
     """A bug: the details go to the log, never to the client."""
     return ApiError("internal_error", "Something went wrong on our side; it has been logged.")
+
+
+class AdminError(Exception):
+    """An operator mistake; the CLI prints it and exits non-zero."""

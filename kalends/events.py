@@ -15,9 +15,10 @@ from pydantic import Field, StringConstraints
 
 from db import events as store
 from db.database import Database, Tx
-from kalends import attendee_mail, ids, profiles, recurrence, sync, times, webhooks
+from kalends import ids, profiles, recurrence, sync, times
 from kalends.auth import Viewer
 from kalends.errors import ApiError, conflict, not_found
+from kalends.notify import attendee_mail, webhooks
 from kalends.profiles import Description
 from kalends.validation import Body, Url, id_of
 

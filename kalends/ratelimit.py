@@ -14,8 +14,8 @@ from typing import Any
 
 from db import ratelimits
 from db.database import Database
-from kalends.config import Rate
 from kalends.errors import ApiError
+from kalends.service.config import Rate
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from pydantic import Field, StringConstraints
 from db import events as event_store
 from db import rsvps as store
 from db.database import Database, Tx
-from kalends import ids, webhooks
+from kalends import ids
 from kalends.auth import Viewer
 from kalends.errors import ApiError, not_found
+from kalends.notify import webhooks
 from kalends.profiles import administers
 from kalends.validation import Body
 

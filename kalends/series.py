@@ -9,10 +9,11 @@ from pydantic import Field, StringConstraints
 
 from db import series as store
 from db.database import Database
-from kalends import ids, profiles, sync, webhooks
+from kalends import ids, profiles, sync
 from kalends.auth import Viewer
 from kalends.errors import ApiError, conflict, not_found
 from kalends.events import Slug
+from kalends.notify import webhooks
 from kalends.profiles import Description
 from kalends.validation import Body, id_of
 

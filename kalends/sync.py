@@ -16,8 +16,8 @@ from typing import Any, Literal
 from db import connected
 from db import sync as store
 from db.database import Database, Tx
-from kalends import jobs
 from kalends.connected import engine
+from kalends.service import jobs
 
 SYNC = "sync"
 CLEANUP = "subscription_cleanup"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from kalends import registry
-from kalends.config import Settings
 from kalends.oauth import http as oauth
+from kalends.service.config import Settings
+from kalends.web.guard import ERROR_BODIES, require_api_key, require_credential
 from mcp_bridge import routes
 from mcp_bridge.tools import build_catalogue
-from rest_bridge.middleware import ERROR_BODIES, require_api_key, require_credential
 
 
 def setup(app: web.Application, settings: Settings) -> None:

@@ -17,7 +17,7 @@ _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 def parse(value: str) -> frozenset[str]:
     """The listed origins, normalised; a malformed entry is a ValueError (it stops
-    start-up, see kalends.config)."""
+    start-up, see kalends.service.config)."""
     origins = set()
     for item in value.split(","):
         if not item.strip():

@@ -15,11 +15,11 @@ from kalends import registry
 from kalends.auth import Viewer
 from kalends.errors import ApiError
 from kalends.oauth.http import require_scope
-from kalends.services import OPERATION, RATE_LIMIT, REQUEST_ID, VIEWER
+from kalends.service.services import OPERATION, RATE_LIMIT, REQUEST_ID, VIEWER
+from kalends.web.responses import error_response, json_response
 from mcp_bridge import jsonrpc, methods, origins, protocol
 from mcp_bridge.jsonrpc import RpcError
 from mcp_bridge.tools import Catalogue
-from rest_bridge.responses import error_response, json_response
 
 CATALOGUE = web.AppKey("mcp_catalogue", Catalogue)
 ALLOWED_ORIGINS = web.AppKey("mcp_allowed_origins", frozenset)

@@ -9,8 +9,9 @@ from typing import Any
 
 from aiohttp import web
 
-from kalends import feeds, ids
-from kalends.services import OPERATION, SERVICES
+from kalends import ids
+from kalends.notify import feeds
+from kalends.service.services import OPERATION, SERVICES
 
 PATH = "/v1/profiles/{profile_id}/events.ics"
 OPERATION_ID = "getProfileEventsFeed"

@@ -11,9 +11,9 @@ from aiohttp import web
 from graph.context import Context
 from kalends.errors import ApiError
 from kalends.registry import OPERATIONS, Operation, bind, run
-from kalends.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID, SERVICES, VIEWER
-from rest_bridge.middleware import require_api_key
-from rest_bridge.responses import json_response
+from kalends.service.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID, SERVICES, VIEWER
+from kalends.web.guard import require_api_key
+from kalends.web.responses import json_response
 
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{8,255}$")
 

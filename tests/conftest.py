@@ -34,7 +34,7 @@ from db import embedded
 from db.database import Database
 from db.migrate import migrate
 from kalends import accounts
-from kalends.services import SERVICES
+from kalends.service.services import SERVICES
 
 T = TypeVar("T")
 
@@ -104,7 +104,7 @@ class LiveServer:
     """The real application on 127.0.0.1, in a thread with its own loop."""
 
     def __init__(self, dsn: str, **options: Any) -> None:
-        from kalends.app import create_app
+        from kalends.service.app import create_app
 
         self.app = create_app(dsn, **options)
         self.loop = asyncio.new_event_loop()

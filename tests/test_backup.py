@@ -34,11 +34,11 @@ from test_cli import email, no_object, one_object, run_admin
 
 import db.migrate
 from db import backup, embedded
-from db import secrets as instance_secrets
-from kalends import config
-from kalends.accounts import AdminError
+from kalends import instance_secrets
 from kalends.connected.vault import Vault
+from kalends.errors import AdminError
 from kalends.oauth import keys
+from kalends.service import config
 
 BACKUP = {"backup", "bytes", "database"}
 RESTORE = {"restored", "previous", "database"}

@@ -538,7 +538,7 @@ def _listed(help_text: str) -> dict[str, str]:
 
 
 def test_help_describes_every_command_and_option() -> None:
-    from kalends.cli import _parser
+    from kalends.service.cli import _parser
 
     parser = _parser()
     commands = _subcommands(parser)

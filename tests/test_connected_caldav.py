@@ -48,8 +48,8 @@ from ical_readers import (
     within,
 )
 
-from kalends import config
 from kalends.connected import admin, engine
+from kalends.service import config
 
 
 @dataclasses.dataclass

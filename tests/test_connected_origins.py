@@ -37,8 +37,7 @@ from conftest import Api, LiveServer, User, migrated_database
 from connected_world import Person, agenda, new_person, settled, sync
 from fakes import google, microsoft
 
-from kalends import config, outbound
-from kalends.accounts import AdminError
+from kalends import outbound
 from kalends.connected import admin, engine
 from kalends.connected.caldav import CalDavAdapter
 from kalends.connected.provider import (
@@ -48,6 +47,8 @@ from kalends.connected.provider import (
     ProviderSettings,
     RemoteCalendar,
 )
+from kalends.errors import AdminError
+from kalends.service import config
 
 OTHER = "127.0.0.2"
 OTHER_REPLY = b"OTHER-HOST-REPLY"

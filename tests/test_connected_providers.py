@@ -20,9 +20,9 @@ from conftest import Api, LiveServer, User, migrated_database, new_event, new_pr
 from connected_world import PARIS, agenda, eventually, external, in_days, settled, sync
 from fakes import google, microsoft
 
-from kalends import config
 from kalends.connected import admin
 from kalends.connected.provider import ProviderSettings
+from kalends.service import config
 
 
 @dataclasses.dataclass

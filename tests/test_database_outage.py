@@ -25,8 +25,8 @@ from processes import Service, create_user, json_lines, postmaster_pid, service_
 from db import embedded
 from db.database import Database, Tx
 from db.migrate import migrate
-from kalends import jobs
 from kalends.errors import ApiError
+from kalends.service import jobs
 
 
 async def test_outage_is_503_and_the_service_recovers() -> None:

@@ -32,10 +32,11 @@ from ical_readers import (
 )
 
 from db import events as event_store
-from kalends import agenda, attendee_mail, ics
+from kalends import agenda
 from kalends.connected import engine, ical, occurrences
 from kalends.connected.provider import Component as RemoteComponent
 from kalends.connected.provider import RemoteEvent
+from kalends.notify import attendee_mail, ics
 
 _SYNC_SECONDS = 30
 

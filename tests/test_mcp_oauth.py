@@ -36,11 +36,12 @@ from oauth_flow import (
 )
 
 from db import oauth as oauth_store
-from kalends import accounts, config, ids
+from kalends import accounts, ids
 from kalends.connected import engine
 from kalends.oauth import keys
 from kalends.registry import OPERATIONS
-from kalends.services import SETTINGS
+from kalends.service import config
+from kalends.service.services import SETTINGS
 
 MODERN = "2026-07-28"
 

@@ -22,8 +22,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_oauth_sdk import MemoryTokenStorage
 from oidc_server import OidcProvider
 
-from kalends import accounts, config
+from kalends import accounts
 from kalends.registry import OPERATIONS
+from kalends.service import config
 
 MODERN = "2026-07-28"
 WRITER = {"client_id": "agent-rw", "client_secret": secrets.token_urlsafe(16),

@@ -28,9 +28,10 @@ from processes import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from kalends import metrics, sync
-from kalends.config import Settings
-from kalends.services import SETTINGS
+from kalends import sync
+from kalends.service.config import Settings
+from kalends.service.services import SETTINGS
+from kalends.web import metrics
 
 TOKEN = "metrics-token-" + "x" * 16
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -159,7 +160,7 @@ async def test_a_client_that_leaves_mid_request_is_counted_apart(
 
 
 async def test_requests_the_http_parser_refuses_are_counted(live_server: LiveServer) -> None:
-    """Answered before any route is known (rest_bridge/protocol.py): `malformed`."""
+    """Answered before any route is known (kalends/web/protocol.py): `malformed`."""
     before = await samples_of(live_server)
     url = urlsplit(live_server.url)
     reader, writer = await asyncio.open_connection(url.hostname, url.port)

@@ -24,12 +24,12 @@ import pytest
 from conftest import LiveServer
 
 import db.migrate
-from db import secrets as instance_secrets
 from db.database import Database
 from db.migrate import migrate
-from kalends import config
+from kalends import instance_secrets
 from kalends.connected.vault import Vault
 from kalends.pagination import Cursors
+from kalends.service import config
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = sorted(p.stem for p in (ROOT / "db" / "migrations").glob("*.sql"))

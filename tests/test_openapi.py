@@ -33,7 +33,7 @@ HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "tra
 
 def generate() -> dict[str, Any]:
     """The document as the code generates it now."""
-    import kalends.app  # noqa: F401  (registers every operation and prepares the registry)
+    import kalends.service.app  # noqa: F401  (registers every operation and prepares the registry)
     from rest_bridge import openapi
 
     return openapi.document()

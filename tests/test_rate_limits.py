@@ -29,8 +29,8 @@ from processes import (
     wait_listening,
 )
 
-from kalends import config
-from kalends.config import Rate, Settings
+from kalends.service import config
+from kalends.service.config import Rate, Settings
 
 QUOTA = 5
 WINDOW = 3600

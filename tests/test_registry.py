@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import kalends.app  # noqa: F401  (prepares the registry)
+import kalends.service.app  # noqa: F401  (prepares the registry)
 from graph.schema import schema
 from kalends import registry
 from kalends.errors import ApiError

@@ -221,7 +221,7 @@ async def _raw(base: str, data: bytes) -> tuple[int, dict[str, str], bytes]:
 ], ids=["request line over 8190 bytes", "NUL in a header", "header over 8190 bytes"])
 async def test_what_the_http_parser_refuses_gets_the_envelope(live_server: Any, raw: bytes,
                                                              caplog: Any) -> None:
-    """aiohttp's parser refuses these before any middleware runs (rest_bridge/protocol.py):
+    """aiohttp's parser refuses these before any middleware runs (kalends/web/protocol.py):
     still the contract's envelope, and one access line at info, no error or traceback."""
     caplog.set_level(logging.INFO)
     status, headers, body = await _raw(live_server.url, raw)

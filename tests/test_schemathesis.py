@@ -47,7 +47,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-import kalends.app  # noqa: F401  (registers and prepares every operation)
+import kalends.service.app  # noqa: F401  (registers and prepares every operation)
 from kalends.registry import OPERATIONS
 from rest_bridge import feeds
 

@@ -29,7 +29,7 @@ from aiohttp import web
 from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from kalends import config
+from kalends.service import config
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULE = (0.0, 0.3, 0.3, 0.3, 0.3)

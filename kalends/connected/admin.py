@@ -11,8 +11,7 @@ from yarl import URL
 from db import connected as store
 from db.database import Database
 from kalends import ids
-from kalends.accounts import AdminError, find_user
-from kalends.config import Settings
+from kalends.accounts import find_user
 from kalends.connected import engine
 from kalends.connected.provider import (
     PROVIDERS,
@@ -22,6 +21,8 @@ from kalends.connected.provider import (
     OriginRefused,
     ProviderError,
 )
+from kalends.errors import AdminError
+from kalends.service.config import Settings
 
 
 async def connect(db: Database, settings: Settings, email: str, provider: str,

@@ -1,6 +1,6 @@
 """Components stored and read back: the `times` JSON of `external_events`, the
 keys that match an override to the occurrence it replaces, and the span index.
-(The component Kalends pushes for one of its own events is `kalends.ics.of_event`.)
+(The component Kalends pushes for one of its own events is `kalends.notify.ics.of_event`.)
 
 Moments keep the provider's kind: a date (all-day), a wall-clock time in a
 named zone, a floating wall-clock time (no zone: the same clock reading in
@@ -17,8 +17,9 @@ from zoneinfo import ZoneInfo
 
 import orjson
 
-from kalends import ics, times
+from kalends import times
 from kalends.connected.provider import Component, Moment
+from kalends.notify import ics
 
 # No zone is further than this from UTC: floating times and dates are stored
 # with their span widened by it, so the window query never misses one.

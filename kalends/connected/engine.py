@@ -39,8 +39,7 @@ import asyncpg
 from db import connected as store
 from db import embedded
 from db.database import Database, Tx
-from kalends import ics, ids, jobs, outbound
-from kalends.config import Settings
+from kalends import ids, outbound
 from kalends.connected import components, vault
 from kalends.connected.provider import (
     Adapter,
@@ -60,6 +59,9 @@ from kalends.connected.provider import (
     WriteRefused,
 )
 from kalends.connected.vault import Vault, VaultError
+from kalends.notify import ics
+from kalends.service import jobs
+from kalends.service.config import Settings
 
 log = logging.getLogger("kalends.connected")
 

@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 
 import icalendar
 
-from kalends import ics
 from kalends.connected.provider import Component, Moment
+from kalends.notify import ics
 
 log = logging.getLogger("kalends.connected")
 
@@ -108,6 +108,6 @@ def _dates(prop: Any) -> Iterable[Moment]:
 
 
 def serialize(c: Component) -> bytes:
-    """One VCALENDAR holding `c`, with the VTIMEZONEs its times use (kalends/ics.py)."""
+    """One VCALENDAR holding `c`, with the VTIMEZONEs its times use (kalends/notify/ics.py)."""
     return ics.document([ics.vevent(c, stamp=datetime.now(UTC).replace(microsecond=0))],
                         prodid=PRODID)

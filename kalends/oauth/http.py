@@ -32,11 +32,9 @@ from yarl import URL
 
 from db import accounts
 from db import oauth as oauth_store
-from db import secrets as instance_secrets
-from kalends import housekeeping, outbound
+from kalends import instance_secrets, outbound
 from kalends.accounts import CONSUMER_NAME
 from kalends.auth import Caller, authenticate_key
-from kalends.config import Settings
 from kalends.connected import engine as connected
 from kalends.errors import ApiError
 from kalends.oauth import keys, pages
@@ -51,8 +49,10 @@ from kalends.oauth.server import (
     Redirected,
 )
 from kalends.ratelimit import Decision
-from kalends.services import SERVICES, SETTINGS
-from rest_bridge.responses import json_response
+from kalends.service import housekeeping
+from kalends.service.config import Settings
+from kalends.service.services import SERVICES, SETTINGS
+from kalends.web.responses import json_response
 
 log = logging.getLogger("kalends.oauth")
 

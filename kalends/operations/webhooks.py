@@ -1,7 +1,7 @@
+from kalends.notify.webhooks import EVENT_TYPES, WebhookEndpointCreate, WebhookEndpointUpdate
 from kalends.operations.common import PAGE, PAGE_ARGUMENTS, PAGE_VARIABLES, path_id
 from kalends.operations.profiles import PROFILE_ID
 from kalends.registry import Mcp, Operation, register
-from kalends.webhooks import EVENT_TYPES, WebhookEndpointCreate, WebhookEndpointUpdate
 
 ENDPOINT_ID = path_id("endpoint_id", "whe", "webhook endpoint")
 

@@ -4,7 +4,7 @@ A profile's administrators register endpoints. A change to one of the profile's
 events or RSVPs is recorded by `record`, in the transaction of the change: one
 message holding the exact body to send (the resource as REST shows it to the
 profile's owner) and one queued delivery per active endpoint that wants its
-type, plus a job per endpoint. Delivery is `kalends.webhook_delivery`'s.
+type, plus a job per endpoint. Delivery is `kalends.notify.webhook_delivery`'s.
 
 Messages follow Standard Webhooks: `webhook-id` (the message ID, the same on
 every retry, for receivers to drop duplicates), `webhook-timestamp`, and
@@ -28,10 +28,11 @@ from pydantic import Field
 
 from db import webhooks as store
 from db.database import Database, Tx
-from kalends import ids, jobs, outbound
+from kalends import ids, outbound
 from kalends.connected.vault import Vault
 from kalends.errors import ApiError
 from kalends.outbound import OutboundError
+from kalends.service import jobs
 from kalends.times import utc_text
 from kalends.validation import Body, Url
 

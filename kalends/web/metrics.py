@@ -38,7 +38,7 @@ from db import jobs_stats
 from db.database import Database
 from kalends import sync
 from kalends.errors import ApiError
-from kalends.services import OPERATION, SERVICES, SETTINGS
+from kalends.service.services import OPERATION, SERVICES, SETTINGS
 
 log = logging.getLogger("kalends.metrics")
 
@@ -92,7 +92,7 @@ def observe_request(request: web.Request, status: int, seconds: float) -> None:
 
 
 def observe_malformed(status: int) -> None:
-    """Count a request that aiohttp's HTTP parser refused (rest_bridge/protocol.py):
+    """Count a request that aiohttp's HTTP parser refused (kalends/web/protocol.py):
     no method or route was read. Not timed: it never reached a handler."""
     _REQUESTS.labels("malformed", "other", str(status)).inc()
 

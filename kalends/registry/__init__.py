@@ -376,7 +376,7 @@ async def call_flat(app: Any, viewer: Any, op: Operation, arguments: dict[str, A
                     request_id: str) -> Any:
     """Run an operation from MCP's flat arguments; returns the REST body or None."""
     from graph.context import Context
-    from kalends.services import SERVICES
+    from kalends.service.services import SERVICES
 
     variables = bind_flat(op, arguments)
     body, _ = await run(op, variables, Context(app[SERVICES], viewer, request_id))

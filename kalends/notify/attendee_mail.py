@@ -6,7 +6,7 @@ as it is then and writes to every RSVP with an e-mail address that is going,
 maybe or on the waitlist: a readable text part, and a `text/calendar` part that
 calendar applications act on, `METHOD:CANCEL` for a cancelled event and
 `METHOD:REQUEST` otherwise, with the feed's `UID` and the event's `SEQUENCE`
-(kalends/feeds.py), so the newest message wins whatever order they arrive in.
+(kalends/notify/feeds.py), so the newest message wins whatever order they arrive in.
 
 Sent over SMTP with `aiosmtplib` (`KALENDS_SMTP_URL`); without it nothing is sent
 and a warning is logged once per process; a refused or failed exchange is logged
@@ -34,7 +34,8 @@ from icalendar import vCalAddress
 from db import events as event_store
 from db import rsvps as rsvp_store
 from db.database import Database, Tx
-from kalends import feeds, ics, jobs
+from kalends.notify import feeds, ics
+from kalends.service import jobs
 
 log = logging.getLogger("kalends.mail")
 

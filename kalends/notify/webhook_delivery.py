@@ -34,10 +34,10 @@ import asyncpg
 
 from db import webhooks as store
 from db.database import Database
-from kalends import config, jobs
 from kalends.connected.vault import Vault, VaultError
+from kalends.notify.webhooks import ENTRYPOINT, sign
 from kalends.outbound import OutboundError, check_url, guarded_session
-from kalends.webhooks import ENTRYPOINT, sign
+from kalends.service import config, jobs
 
 log = logging.getLogger("kalends.webhooks")
 

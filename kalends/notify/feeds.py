@@ -1,6 +1,6 @@
 """ICS feeds (contract §11): a public profile's public events as RFC 5545.
 
-Written by the one iCalendar writer (kalends/ics.py, contract §12): timed
+Written by the one iCalendar writer (kalends/notify/ics.py, contract §12): timed
 events keep their own zones, with a VTIMEZONE for each zone used, so a
 recurring event stays on its wall clock across DST in every calendar
 application, as the agenda expands it. All-day events are dates. A cancelled
@@ -26,8 +26,9 @@ from icalendar import Event, vDuration
 
 from db import events as store
 from db.database import Database
-from kalends import ics, ids
+from kalends import ids
 from kalends.errors import ApiError
+from kalends.notify import ics
 
 REFRESH = timedelta(hours=1)
 """How often subscribers should fetch the feed again (REFRESH-INTERVAL, X-PUBLISHED-TTL)."""

@@ -11,11 +11,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from kalends import metrics, ratelimit
+from kalends import ratelimit
 from kalends.auth import KEY_PREFIX, Caller, Viewer, authenticate_key
-from kalends.draining import UNCOUNTED_PATHS
 from kalends.errors import ApiError, internal_error
-from kalends.services import (
+from kalends.service.services import (
     DRAIN,
     IDEMPOTENCY_KEY,
     OPERATION,
@@ -25,7 +24,9 @@ from kalends.services import (
     SETTINGS,
     VIEWER,
 )
-from rest_bridge.responses import error_response
+from kalends.web import metrics
+from kalends.web.draining import UNCOUNTED_PATHS
+from kalends.web.responses import error_response
 
 log = logging.getLogger("kalends.access")
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")

@@ -4,9 +4,9 @@ from aiohttp import web
 
 from graph.context import Services
 from kalends.auth import Viewer
-from kalends.config import Settings
-from kalends.draining import Drain
 from kalends.ratelimit import Decision
+from kalends.service.config import Settings
+from kalends.web.draining import Drain
 
 SERVICES = web.AppKey("services", Services)
 SETTINGS = web.AppKey("settings", Settings)

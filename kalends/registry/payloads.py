@@ -19,8 +19,8 @@ from graph.context import Context, Services
 from graph.plan import Plan
 from kalends import registry
 from kalends.auth import Viewer
+from kalends.notify.webhooks import Kind, Render
 from kalends.operations.rsvps import RSVP_FIELDS
-from kalends.webhooks import Kind, Render
 
 _RSVP = """
 query webhookRsvp($event_id: ID!, $rsvp_id: ID!) {

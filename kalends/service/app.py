@@ -12,22 +12,25 @@ from aiohttp import web
 
 import kalends.operations  # noqa: F401  (registers every operation)
 import mcp_bridge
-from db import ratelimits, secrets
+from db import ratelimits
 from db import webhooks as webhook_store
 from db.database import Database
 from graph.context import Services
 from graph.http import KalendsGraphQLView
 from graph.schema import schema
-from kalends import config, housekeeping, jobs, metrics, registry, webhook_payloads
+from kalends import instance_secrets, registry
 from kalends.connected.engine import connected_jobs, open_vault
-from kalends.draining import Drain
 from kalends.errors import ApiError
-from kalends.job_handlers import all_handlers
 from kalends.pagination import Cursors
-from kalends.services import DRAIN, SERVICES, SETTINGS
-from rest_bridge import feeds, openapi, protocol, routes
-from rest_bridge.middleware import error_envelopes, guard, request_context, require_api_key
-from rest_bridge.responses import json_response
+from kalends.registry import payloads as webhook_payloads
+from kalends.service import config, housekeeping, jobs
+from kalends.service.job_handlers import all_handlers
+from kalends.service.services import DRAIN, SERVICES, SETTINGS
+from kalends.web import metrics, protocol
+from kalends.web.draining import Drain
+from kalends.web.guard import error_envelopes, guard, request_context, require_api_key
+from kalends.web.responses import json_response
+from rest_bridge import feeds, openapi, routes
 
 log = logging.getLogger("kalends.app")
 MAX_BODY = 1024 * 1024
@@ -53,7 +56,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(dsn, max_size=pool_size)
-        cursor_secret = await secrets.get(db, open_vault(settings), "cursor")
+        cursor_secret = await instance_secrets.get(db, open_vault(settings), "cursor")
         services = Services(db=db, cursors=Cursors(cursor_secret),
                             sync_interval=settings.sync_interval,
                             vault=open_vault(settings),

@@ -31,11 +31,13 @@ import orjson
 from db import backup, embedded
 from db.database import Database
 from db.migrate import migrate
-from kalends import accounts, config, logs
+from kalends import accounts, instance_secrets
 from kalends.connected import admin as connected_admin
 from kalends.connected import engine as connected_engine
 from kalends.connected.provider import PROVIDERS
+from kalends.errors import AdminError
 from kalends.oauth import keys as oauth_keys
+from kalends.service import config, logs
 
 
 class _CannotStart(Exception):
@@ -130,7 +132,7 @@ def _why(exc: BaseException, url: str) -> str:
 
 
 def _count_restart() -> None:
-    from kalends import metrics
+    from kalends.web import metrics
 
     metrics.embedded_db_restarted()
 
@@ -182,7 +184,7 @@ def _serve(args: argparse.Namespace) -> int:
             return 0
         if args.workers > 1:
             return _supervise(args, dsn)
-        from kalends.app import create_app
+        from kalends.service.app import create_app
 
         app = create_app(dsn, settings=settings)
         url = f"http://{args.host}:{args.port}"
@@ -269,7 +271,7 @@ def _listen(sockets: list[socket.socket], host: str, port: int) -> None:
 def _drain_then_exit(app: Any) -> None:
     from aiohttp import web
 
-    from kalends.services import DRAIN, SETTINGS
+    from kalends.service.services import DRAIN, SETTINGS
 
     loop = asyncio.get_running_loop()
 
@@ -363,9 +365,9 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 async def _run_worker(dsn: str, settings: config.Settings) -> None:
-    from kalends import jobs
     from kalends.connected.engine import connected_jobs
-    from kalends.job_handlers import all_handlers
+    from kalends.service import jobs
+    from kalends.service.job_handlers import all_handlers
 
     await migrate(dsn)
     db = await Database.connect(dsn, min_size=1, max_size=20)
@@ -411,7 +413,7 @@ def _operate(produce: Callable[[str], dict[str, Any]]) -> int:
     with _database(_database_url()) as dsn:
         try:
             result = produce(dsn)
-        except accounts.AdminError as exc:
+        except AdminError as exc:
             sys.stderr.buffer.write(orjson.dumps({"error": str(exc)}) + b"\n")
             return 1
     _print(result)
@@ -619,9 +621,9 @@ def main(argv: list[str] | None = None) -> int:
         _exit_on_sigterm()
     try:
         code: int = args.func(args)
-    # config.ConfigError: also a database's secret sealed with another service key,
-    # found when the service starts.
-    except (_CannotStart, embedded.DataDirError, config.ConfigError) as exc:
+    # SealedWithAnotherKey: found when the service starts.
+    except (_CannotStart, embedded.DataDirError, config.ConfigError,
+            instance_secrets.SealedWithAnotherKey) as exc:
         sys.stderr.write(f"kalends: {exc}\n")
         return 2
     return code

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kalends import attendee_mail, config, jobs, sync, webhook_delivery
+from kalends import sync
 from kalends.connected.engine import open_vault
+from kalends.notify import attendee_mail, webhook_delivery
+from kalends.service import config, jobs
 
 
 def all_handlers(settings: config.Settings, connected: Mapping[str, jobs.Handler]

@@ -20,10 +20,10 @@ from aiohttp import web, web_server
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
-from kalends import metrics
 from kalends.errors import ApiError
-from rest_bridge.middleware import log as access_log
-from rest_bridge.responses import error_response
+from kalends.web import metrics
+from kalends.web.guard import log as access_log
+from kalends.web.responses import error_response
 
 LOG = logging.getLogger("kalends.http")
 """aiohttp's log for this application's connections (its own failures, at error

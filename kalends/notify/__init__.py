@@ -1,0 +1,2 @@
+"""Notifications: webhooks (the outbox and delivery), attendee e-mail, ICS feeds,
+and the one iCalendar writer they and connected pushes share."""
