@@ -137,6 +137,21 @@ def rules(draw: st.DrawFn, first: date, *, timed: bool) -> str | None:
     return prefix + ";".join(parts)
 
 
+async def create_events(api: Any, owner: Any, profile_id: str,
+                        bodies: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The events of `bodies` that Kalends accepts, made through REST in the
+    profile; a generated rule with no occurrence is refused, as the spec says."""
+    created = []
+    for body in bodies:
+        status, event, _ = await api.post(f"/v1/profiles/{profile_id}/events", owner,
+                                          json=body)
+        if status == 201:
+            created.append(event)
+        else:
+            assert status == 400 and event["error"]["param"] == "recurrence_rule", event
+    return created
+
+
 # --- The reference: the agenda of a subscriber ------------------------------------
 
 

@@ -56,16 +56,20 @@ def run_admin(database_url: str, *args: str) -> subprocess.CompletedProcess[byte
 def run_many(database_url: str, commands: Sequence[Sequence[str]]
              ) -> list[subprocess.CompletedProcess[bytes]]:
     """Independent commands, run side by side to keep the file fast."""
-    procs = [
+    return finish([
         subprocess.Popen(_command(args), env=_env(database_url), cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for args in commands
-    ]
+    ])
+
+
+def finish(procs: Sequence[subprocess.Popen[bytes]]) -> list[subprocess.CompletedProcess[bytes]]:
+    """Wait for `procs`, killing any left when one fails or times out."""
     results = []
     try:
-        for args, proc in zip(commands, procs, strict=True):
+        for proc in procs:
             out, err = proc.communicate(timeout=CLI_TIMEOUT)
-            results.append(subprocess.CompletedProcess(list(args), proc.returncode, out, err))
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -380,20 +384,6 @@ def run_kalends(args: Sequence[str], env: dict[str, str], **options: Any
                 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "kalends", *args], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **options)
-
-
-def finish(procs: Sequence[subprocess.Popen[bytes]]) -> list[subprocess.CompletedProcess[bytes]]:
-    results = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=CLI_TIMEOUT)
-            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-    return results
 
 
 def one_line(proc: subprocess.CompletedProcess[bytes], *names: str) -> str:

@@ -39,6 +39,7 @@ from connected_world import (
 from ical_readers import (
     agenda_occurrences,
     beside_changes,
+    create_events,
     icaljs_occurrences,
     python_occurrences,
     window_of,
@@ -779,14 +780,7 @@ async def _pushed(world: World, person: Person, api: Api, bodies: list[dict[str,
     each pushed to their CalDAV calendar; the events, each copy's text by UID as
     Radicale serves it, and the feed's SEQUENCE by UID."""
     account, cal_id, host, profile = await connected_beside_a_host(world, person, api)
-    events = []
-    for body in bodies:
-        status, event, _ = await api.post(f"/v1/profiles/{profile['id']}/events", host,
-                                          json=body)
-        if status == 201:
-            events.append(event)
-        else:  # a rule with no occurrence: refused, as the spec says
-            assert status == 400 and event["error"]["param"] == "recurrence_rule", event
+    events = await create_events(api, host, profile["id"], bodies)
     if renamed is not None:
         status, events[0], _ = await api.patch(f"/v1/events/{events[0]['id']}", host,
                                                json={"title": renamed})

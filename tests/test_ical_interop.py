@@ -24,6 +24,7 @@ from ical_readers import (
     Window,
     agenda_occurrences,
     beside_changes,
+    create_events,
     event_bodies,
     icaljs_occurrences,
     python_occurrences,
@@ -46,14 +47,7 @@ async def _subscribed(live: LiveServer, api: Api, owner: User, reader: User,
     """A public profile with the events of `bodies` that Kalends accepts, and
     `reader` subscribed to it with every copy made."""
     profile = await new_profile(api, owner)
-    created = []
-    for body in bodies:
-        status, event, _ = await api.post(f"/v1/profiles/{profile['id']}/events", owner,
-                                          json=body)
-        if status == 201:
-            created.append(event)
-        else:  # a rule with no occurrence: refused, as the spec says
-            assert status == 400 and event["error"]["param"] == "recurrence_rule", event
+    created = await create_events(api, owner, profile["id"], bodies)
     status, sub, _ = await api.post("/v1/subscriptions", reader, json={
         "subscription_type": "profile", "profile_id": profile["id"]})
     assert status == 201, sub
