@@ -16,6 +16,8 @@ from db import ratelimits
 from db import webhooks as webhook_store
 from db.database import Database
 from graph.context import Services
+from graph import http as graph_http
+from graph import ide
 from graph.http import KalendsGraphQLView
 from graph.schema import schema
 from kalends import instance_secrets, registry
@@ -95,6 +97,10 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     app.router.add_get("/openapi.json", _openapi)
     require_api_key(app, app.router.add_route(
         "POST", "/graphql", KalendsGraphQLView(schema=schema, graphql_ide=None)))
+    # Takes no key itself: a browser's page, or a WebSocket that sends its key in
+    # connection_init. Anything else is a 405 charged like any other request.
+    app.router.add_get("/graphql", graph_http.get, allow_head=False)
+    ide.setup(app)
     routes.setup(app)
     feeds.setup(app)
     mcp_bridge.setup(app, settings)
