@@ -3,7 +3,8 @@
 POST /mcp-developer authenticates with an API key; POST /mcp with an OAuth
 access token (contract §10, kalends/oauth). Both speak the stateless
 2026-07-28 protocol and the handshake versions 2025-11-25, 2025-06-18 and
-2025-03-26, and list the same tools.
+2025-03-26, and list the same tools; a request may narrow them to toolsets
+(mcp_bridge/toolsets.py).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from kalends.oauth import http as oauth
 from kalends.service.config import Settings
 from kalends.web.guard import ERROR_BODIES, require_api_key, require_credential
 from mcp_bridge import routes
-from mcp_bridge.tools import build_catalogue
+from mcp_bridge.tools import Catalogues
 
 
 def setup(app: web.Application, settings: Settings) -> None:
-    app[routes.CATALOGUE] = build_catalogue(registry.OPERATIONS)
+    app[routes.CATALOGUES] = Catalogues(registry.OPERATIONS)
     app[routes.ALLOWED_ORIGINS] = settings.mcp_allowed_origins
     # "*" so that GET and DELETE reach the handler and get the transport's 405.
     mcp = app.router.add_route("*", oauth.MCP_PATH, routes.oauth)

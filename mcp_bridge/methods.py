@@ -46,7 +46,10 @@ class Context:
     viewer: Viewer
     request_id: str
     catalogue: tools.Catalogue
+    """The request's selection of the tools (toolsets.py)."""
     limit: Decision | None = None
+    selected_by_header: bool = False
+    """Whether the selection came from headers (X-MCP-Toolsets, X-MCP-Readonly)."""
 
 
 _Handler = Callable[[Context, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -63,6 +66,10 @@ async def dispatch(ctx: Context, message: Message, *, modern: bool) -> dict[str,
     # themselves in each result's _meta. caching.mdx: cacheable results carry hints.
     if message.method in _CACHEABLE:
         result = {**result, **_CACHE_HINTS}
+        if ctx.selected_by_header:
+            # A shared cache keys on the URL, not on X-MCP-Toolsets: a list narrowed by
+            # header is for this caller's cache alone.
+            result["cacheScope"] = "private"
     return {"resultType": "complete", **result, "_meta": {META_SERVER_INFO: SERVER_INFO}}
 
 
@@ -70,7 +77,7 @@ async def _discover(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "supportedVersions": list(SUPPORTED_VERSIONS),
         "capabilities": CAPABILITIES,
-        "instructions": INSTRUCTIONS,
+        "instructions": _instructions(ctx),
     }
 
 
@@ -82,8 +89,12 @@ async def _initialize(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
         "protocolVersion": version,
         "capabilities": CAPABILITIES,
         "serverInfo": SERVER_INFO,
-        "instructions": INSTRUCTIONS,
+        "instructions": _instructions(ctx),
     }
+
+
+def _instructions(ctx: Context) -> str:
+    return f"{INSTRUCTIONS} {ctx.catalogue.toolsets_note}"
 
 
 async def _ping(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +106,8 @@ async def _tools_list(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _tools_call(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
-    return await tools.call(ctx.app, ctx.viewer, params, ctx.request_id, ctx.limit)
+    return await tools.call(ctx.app, ctx.viewer, ctx.catalogue, params, ctx.request_id,
+                            ctx.limit)
 
 
 _LEGACY: dict[str, _Handler] = {

@@ -17,11 +17,11 @@ from kalends.errors import ApiError
 from kalends.oauth.http import require_scope
 from kalends.service.services import OPERATION, RATE_LIMIT, REQUEST_ID, VIEWER
 from kalends.web.responses import error_response, json_response
-from mcp_bridge import jsonrpc, methods, origins, protocol
+from mcp_bridge import jsonrpc, methods, origins, protocol, toolsets
 from mcp_bridge.jsonrpc import RpcError
-from mcp_bridge.tools import Catalogue
+from mcp_bridge.tools import Catalogues
 
-CATALOGUE = web.AppKey("mcp_catalogue", Catalogue)
+CATALOGUES = web.AppKey("mcp_catalogues", Catalogues)
 ALLOWED_ORIGINS = web.AppKey("mcp_allowed_origins", frozenset)
 
 # The statuses the 2026-07-28 transport gives protocol errors; handshake-era
@@ -94,17 +94,21 @@ async def _serve(request: web.Request, viewer: Viewer) -> web.Response:
     if message.id is None:
         # Nothing a client notifies changes what this stateless server does.
         return web.Response(status=202)
+    # The toolsets the request selects (X-MCP-Toolsets, ?toolsets=, ...): what it
+    # lists, and the only tools it may call.
+    catalogue = request.app[CATALOGUES].select(request.headers, request.query)
     tool = message.params.get("name")
     op = None
-    if message.method == "tools/call" and isinstance(tool, str) and tool in registry.OPERATIONS:
+    if message.method == "tools/call" and isinstance(tool, str) and tool in catalogue.names:
         request[OPERATION] = tool  # names the operation in the access log, as REST does
         op = registry.OPERATIONS[tool]
     # An OAuth token's scopes: kalends:read for anything, kalends:write for a tool
-    # that is not read-only (its registry entry says which); 403 otherwise.
+    # that is not read-only (its registry entry says which); 403 otherwise. A tool
+    # outside the selection is unknown, as it is to tools/call, and needs no scope.
     require_scope(request, read_only=op is None or op.mcp.read_only)
     modern = protocol.is_modern(request.headers, message)
-    ctx = methods.Context(request.app, viewer, request[REQUEST_ID], request.app[CATALOGUE],
-                          request.get(RATE_LIMIT))
+    ctx = methods.Context(request.app, viewer, request[REQUEST_ID], catalogue,
+                          request.get(RATE_LIMIT), toolsets.by_header(request.headers))
     try:
         if modern:
             protocol.check_modern(request.headers, message)

@@ -1,4 +1,5 @@
-"""The tool surface: one tool per registry operation, listed in pages, called flat."""
+"""The tool surface: one tool per registry operation, listed in pages, called flat,
+narrowed to a request's toolsets (toolsets.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
+from multidict import MultiMapping
 
 from kalends import registry
 from kalends.errors import ApiError, internal_error
+from mcp_bridge import schemas, toolsets
 from mcp_bridge.jsonrpc import INVALID_PARAMS, RpcError
+from mcp_bridge.toolsets import Selection
 
 if TYPE_CHECKING:
     from kalends.auth import Viewer
@@ -31,26 +35,65 @@ _log = logging.getLogger("kalends.mcp")
 
 @dataclass(frozen=True)
 class Catalogue:
-    """The listed tools, in registry order, and the cursors that page through them."""
+    """The tools one selection lists, in registry order, and the cursors that page
+    through them."""
 
     tools: tuple[dict[str, Any], ...]
     cursors: tuple[str, ...]
     """cursors[n] resumes the listing at page n + 1."""
     page_size: int
+    names: frozenset[str]
+    """The tools a call may name: those listed, and no other."""
+    toolsets_note: str
+    """What the instructions say about toolsets and this selection."""
+
+
+class Catalogues:
+    """Every selection's catalogue of one registry, each tool's entry built once."""
+
+    # Selections are subsets of a dozen toolsets; past this many kept, the rarer
+    # ones are built per request rather than held.
+    _KEPT = 256
+
+    def __init__(self, operations: Mapping[str, Operation], page_size: int = PAGE_SIZE) -> None:
+        self._operations = tuple(operations.values())
+        self._tools = {op.name: _tool(op) for op in self._operations}
+        self._toolsets = toolsets.toolsets(self._operations)
+        self._page_size = page_size
+        self._kept: dict[Selection, Catalogue] = {}
+
+    def select(self, headers: MultiMapping[str], query: MultiMapping[str]) -> Catalogue:
+        """The catalogue a request asks for (toolsets.py says how)."""
+        return self.get(toolsets.requested(headers, query, self._toolsets))
+
+    def get(self, selection: Selection) -> Catalogue:
+        catalogue = self._kept.get(selection)
+        if catalogue is None:
+            catalogue = self._build(selection)
+            if len(self._kept) < self._KEPT:
+                self._kept[selection] = catalogue
+        return catalogue
+
+    def _build(self, selection: Selection) -> Catalogue:
+        tools = tuple(self._tools[op.name] for op in self._operations if selection.admits(op))
+        # Cursors name the exact catalogue they page through, so one kept across a
+        # deploy that changed the tools, or sent with another selection, is refused
+        # rather than skipping or repeating.
+        stamp = hashlib.sha256(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+        later_pages = range(1, -(-len(tools) // self._page_size))
+        cursors = tuple(
+            base64.urlsafe_b64encode(f"{stamp}:{page}".encode()).decode().rstrip("=")
+            for page in later_pages
+        )
+        note = toolsets.describe(self._toolsets, selection, len(tools))
+        return Catalogue(tools, cursors, self._page_size,
+                         frozenset(t["name"] for t in tools), note)
 
 
 def build_catalogue(operations: Mapping[str, Operation], page_size: int = PAGE_SIZE
                     ) -> Catalogue:
-    tools = tuple(_tool(op) for op in operations.values())
-    # Cursors name the exact catalogue they page through, so one kept across a
-    # deploy that changed the tools is refused rather than skipping or repeating.
-    stamp = hashlib.sha256(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-    later_pages = range(1, -(-len(tools) // page_size))
-    cursors = tuple(
-        base64.urlsafe_b64encode(f"{stamp}:{page}".encode()).decode().rstrip("=")
-        for page in later_pages
-    )
-    return Catalogue(tools, cursors, page_size)
+    """The whole catalogue, no selection."""
+    return Catalogues(operations, page_size).get(Selection())
 
 
 def _tool(op: Operation) -> dict[str, Any]:
@@ -58,17 +101,33 @@ def _tool(op: Operation) -> dict[str, Any]:
         "name": op.name,
         "title": op.mcp.title,
         "description": op.mcp.description,
-        "inputSchema": op.tool_input_schema(),
-        "annotations": dict(op.mcp.annotations),
+        "inputSchema": schemas.compact(op.tool_input_schema()),
+        "annotations": tool_annotations(op),
     }
-    output = _output_schema(op)
+    output = output_schema(op)
     if output is not None:
-        tool["outputSchema"] = output
+        tool["outputSchema"] = schemas.compact(output)
     return tool
 
 
-def _output_schema(op: Operation) -> dict[str, Any] | None:
-    """What `structuredContent` holds on success: the REST body, or the no-body status."""
+def tool_annotations(op: Operation) -> dict[str, Any]:
+    """The registry's hints less what says nothing (tools.mdx, ToolAnnotations): the
+    title, which the tool's own `title` gives; readOnlyHint and idempotentHint when
+    false, their defaults; destructiveHint on a read-only tool, where it has no
+    meaning. destructiveHint stays on every other tool, and openWorldHint (false,
+    against a default of true) everywhere."""
+    hints = {k: v for k, v in op.mcp.annotations.items() if k != "title"}
+    for key in ("readOnlyHint", "idempotentHint"):
+        if hints.get(key) is False:
+            del hints[key]
+    if op.mcp.read_only:
+        hints.pop("destructiveHint", None)
+    return hints
+
+
+def output_schema(op: Operation) -> dict[str, Any] | None:
+    """What `structuredContent` holds on success, as the registry says it: the REST
+    body, or the no-body status. The catalogue lists it compacted."""
     if op.no_body_status is None:
         # The REST response schema, which the schemathesis suite holds REST bodies to.
         return op.response_schema
@@ -102,15 +161,15 @@ def list_page(catalogue: Catalogue, params: Mapping[str, Any]) -> dict[str, Any]
 
 
 async def call(
-    app: web.Application, viewer: Viewer, params: Mapping[str, Any], request_id: str,
-    limit: Decision | None = None,
+    app: web.Application, viewer: Viewer, catalogue: Catalogue, params: Mapping[str, Any],
+    request_id: str, limit: Decision | None = None,
 ) -> dict[str, Any]:
     """A tools/call result; API errors, the rate limit's included, become `isError`
-    results, as tools.mdx asks."""
+    results, as tools.mdx asks. A tool the catalogue does not list is unknown."""
     name = params.get("name")
     if not isinstance(name, str):
         raise RpcError(INVALID_PARAMS, "tools/call needs params.name, a string.")
-    op = registry.OPERATIONS.get(name)
+    op = registry.OPERATIONS.get(name) if name in catalogue.names else None
     if op is None:
         raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
     arguments = params.get("arguments")
