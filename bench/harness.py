@@ -89,6 +89,13 @@ def _kalends() -> list[str]:
     return [found] if found else [sys.executable, "-m", "kalends"]
 
 
+def subdir(workdir: Path, name: str) -> Path:
+    """A new folder in the bench's work directory (one per service a bench starts)."""
+    path = workdir / name
+    path.mkdir()
+    return path
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -321,8 +328,8 @@ async def profile(session: aiohttp.ClientSession, scenario: Scenario, requests: 
     print(f"\nprofile of {scenario.name} ({total} samples, {raw}):")
     for title, counter in (("self", own), ("inclusive", inclusive)):
         print(f"  {title}:")
-        for frame, count in counter.most_common(top):
-            print(f"  {100 * count / max(total, 1):5.1f}%  {frame}")
+        for frame, samples in counter.most_common(top):
+            print(f"  {100 * samples / max(total, 1):5.1f}%  {frame}")
 
 
 def table(results: list[Result]) -> str:
@@ -351,14 +358,17 @@ _COMMON_COUNTS = {
 }
 
 
-def options(doc: str, counts: Mapping[str, tuple[int, str]] | None = None
-            ) -> argparse.Namespace:
-    """The command line: the script's own `counts` (name: (default, help)), then --requests,
-    --warmup, --concurrency and --keep; every count must be 1 to MAX_COUNT."""
+def options(doc: str, counts: Mapping[str, tuple[int, str]] | None = None,
+            **texts: tuple[str | None, str]) -> argparse.Namespace:
+    """The command line: the script's own `counts` (name: (default, help)) and `texts`
+    (string options, likewise), then --requests, --warmup, --concurrency and --keep;
+    every count must be 1 to MAX_COUNT."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     all_counts = {**(counts or {}), **_COMMON_COUNTS}
     for name, (default, text) in all_counts.items():
         parser.add_argument(f"--{name}", type=int, default=default, help=f"{text} ({default})")
+    for name, (text_default, text) in texts.items():
+        parser.add_argument(f"--{name}", default=text_default, help=text)
     parser.add_argument("--keep", action="store_true", help="keep the data directory and log")
     parser.add_argument("--profile", action="store_true",
                         help="after measuring, sample the service with py-spy while it serves "

@@ -21,7 +21,6 @@ import statistics
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import aiohttp
 import asyncpg
@@ -123,8 +122,8 @@ def main() -> int:
     if not env.get("DATABASE_URL"):
         env["DATABASE_URL"], server = embedded.start(workdir / "data")
     services = {
-        "off": harness.Service({**env, **UNLIMITED}, _dir(workdir, "off")),
-        "on": harness.Service({**env, **CHARGED}, _dir(workdir, "on")),
+        "off": harness.Service({**env, **UNLIMITED}, harness.subdir(workdir, "off")),
+        "on": harness.Service({**env, **CHARGED}, harness.subdir(workdir, "on")),
     }
     ok = True
     rounds: dict[str, list[list[Result]]] = {"off": [], "on": []}
@@ -165,12 +164,6 @@ def main() -> int:
     if ok:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if ok else 1
-
-
-def _dir(workdir: Path, name: str) -> Path:
-    path = workdir / name
-    path.mkdir()
-    return path
 
 
 if __name__ == "__main__":

@@ -83,6 +83,8 @@ _PASS_THROUGH: dict[Callable[[Any], Any], str] = {
     serialize_string: "str", serialize_id: "str", serialize_boolean: "bool",
 }
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+MAX_FORMS = 16
+"""Compiled forms kept per plan (one per combination of `@include`/`@skip` values)."""
 
 Complete = Callable[["_Execution", "_Field", Any, Path], Any]
 
@@ -439,7 +441,11 @@ class Plan:
         key = tuple(variables.coerced.get(name) for name in self.directive_variables)
         run = self._compiled.get(key)
         if run is None:
-            run = self._compiled[key] = _Compiler(self, variables).root()
+            run = _Compiler(self, variables).root()
+            # A document with n directive variables has up to 2**n forms: keep the
+            # first few, compile any other per request rather than grow without end.
+            if len(self._compiled) < MAX_FORMS:
+                self._compiled[key] = run
         return run
 
     async def execute_by_graphql_core(self, context: Any,
@@ -528,7 +534,7 @@ def compile_operation(schema: GraphQLSchema, document: DocumentNode) -> Plan:
     plan = Plan(
         schema, document, operation, fragment_definitions,
         {name: FragmentDetails(d, None) for name, d in fragment_definitions.items()},
-        _directive_variables(document), _signatures(schema, operation),
+        directive_variables(document), _signatures(schema, operation),
     )
     # Compile the form without variables now: an unsupported document fails at start-up.
     defaults = get_variable_values(schema, operation.variable_definitions or (), {})
@@ -537,7 +543,7 @@ def compile_operation(schema: GraphQLSchema, document: DocumentNode) -> Plan:
     return plan
 
 
-def _directive_variables(document: DocumentNode) -> tuple[str, ...]:
+def directive_variables(document: DocumentNode) -> tuple[str, ...]:
     names: list[str] = []
 
     class _Collect(Visitor):

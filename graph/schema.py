@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import strawberry
@@ -16,6 +17,8 @@ from graph.calendars import CalendarMutations, CalendarQueries
 from graph.events import EventMutations, EventQueries
 from graph.external_calendars import ExternalCalendarQueries
 from graph.follows import FollowMutations, FollowQueries
+from graph.freebusy import FreeBusyQueries
+from graph.live import Subscription
 from graph.organizations import OrganizationQueries
 from graph.profiles import ProfileMutations, ProfileQueries
 from graph.rsvps import RsvpMutations, RsvpQueries
@@ -30,7 +33,7 @@ from kalends.errors import ApiError
 @strawberry.type
 class Query(OrganizationQueries, ProfileQueries, EventQueries, SeriesQueries, RsvpQueries,
             FollowQueries, CalendarQueries, ExternalCalendarQueries, SubscriptionQueries,
-            AgendaQueries, SearchQueries, WebhookQueries):
+            AgendaQueries, FreeBusyQueries, SearchQueries, WebhookQueries):
     pass
 
 
@@ -41,6 +44,7 @@ class Mutation(ProfileMutations, EventMutations, SeriesMutations, RsvpMutations,
 
 
 _log = logging.getLogger("kalends.graphql")
+MASKED = "Unexpected error."
 
 
 class _Schema(strawberry.Schema):
@@ -51,7 +55,7 @@ class _Schema(strawberry.Schema):
         # level with their traceback.
         unexpected = []
         for error in errors:
-            if _is_unexpected(error):
+            if is_unexpected(error):
                 unexpected.append(error)
             elif error.path is None:
                 context = getattr(execution_context, "context", None)
@@ -65,7 +69,26 @@ class _Schema(strawberry.Schema):
             super().process_errors(unexpected, execution_context)
 
 
-def _is_unexpected(error: GraphQLError) -> bool:
+@dataclass(frozen=True)
+class _Execution:
+    """What the schema's error reporting reads (Strawberry's ExecutionContext)."""
+
+    context: Any
+
+
+def reported(errors: list[GraphQLError], context: Any) -> list[GraphQLError]:
+    """Log the errors as the schema does (a refused request: one line; a bug: its
+    traceback), then hide every error but an ApiError's from the client: what
+    `/graphql` answers over POST and WebSocket alike."""
+    schema.process_errors(errors, _Execution(context))
+    return [
+        GraphQLError(MASKED, error.nodes, error.source, error.positions, error.path)
+        if is_unexpected(error) else error
+        for error in errors
+    ]
+
+
+def is_unexpected(error: GraphQLError) -> bool:
     """A resolver failed with something other than an ApiError: a bug. Errors without
     a path are about the request itself, raised before any field ran."""
     return (error.path is not None and error.original_error is not None
@@ -76,6 +99,7 @@ def _is_unexpected(error: GraphQLError) -> bool:
 schema = _Schema(
     query=Query,
     mutation=Mutation,
+    subscription=Subscription,
     config=StrawberryConfig(auto_camel_case=False, scalar_map=SCALARS),
     # Documents sent to /graphql by dashboards repeat: parse and validate each once.
     # Factories: the caches live at module level and outlast each request's instance.
@@ -85,7 +109,7 @@ schema = _Schema(
         lambda: ParserCache(maxsize=256),
         lambda: ValidationCache(maxsize=256),
         # Only ApiErrors speak to clients; anything else is a bug, logged, not shown.
-        lambda: MaskErrors(should_mask_error=_is_unexpected),
+        lambda: MaskErrors(should_mask_error=is_unexpected, error_message=MASKED),
     ],
 )
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from graph.context import Context
 from kalends.errors import ApiError
 from kalends.registry import OPERATIONS, Operation, bind, run
 from kalends.service.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID, SERVICES, VIEWER
+from kalends.web import bodies
 from kalends.web.guard import require_api_key
 from kalends.web.responses import json_response
 
@@ -61,7 +61,7 @@ def _handler(op: Operation) -> Any:
         viewer = request[VIEWER]
         if op.creates:
             _check_idempotency_key(request)
-        body = await _read_body(request) if op.body is not None else None
+        body = await bodies.json_object(request, empty={}) if op.body is not None else None
         variables = bind(op, request.match_info, request.query, body)
         result, status = await run(
             op, variables, Context(services, viewer, request[REQUEST_ID])
@@ -89,22 +89,3 @@ def _check_idempotency_key(request: web.Request) -> None:
             param="Idempotency-Key",
         )
     request[IDEMPOTENCY_KEY] = key
-
-
-async def _read_body(request: web.Request) -> Any:
-    raw = await request.read()  # aiohttp enforces client_max_size: 413 past 1 MiB
-    if not raw:
-        return {}
-    _check_json_type(request)
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise ApiError("invalid_json", "The request body is not valid JSON.") from None
-    if not isinstance(data, dict):
-        raise ApiError("invalid_json", "The request body must be a JSON object.")
-    return data
-
-
-def _check_json_type(request: web.Request) -> None:
-    if request.content_type != "application/json":
-        raise ApiError("unsupported_media_type", "Send the body as application/json.")

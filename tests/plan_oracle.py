@@ -19,6 +19,7 @@ running both executors for real on read-only operations.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -31,6 +32,8 @@ from graphql.pyutils import is_awaitable
 from graph.plan import Plan
 
 MISMATCHES: list[str] = []
+_UNFINISHED = object()
+"""A resolver's awaitable that was cancelled before it finished."""
 PLANNED = Plan.execute
 """The plan alone, without the oracle."""
 SEEN: set[str] = set()
@@ -63,6 +66,9 @@ def _recording(resolve: Callable[..., Any]) -> Callable[..., Any]:
         if not is_awaitable(result):
             recording.calls[key] = (args, result, False)
             return result
+        # Until it finishes: a sibling's error may cancel it (gather_with_cancel)
+        # before it ever runs, and graphql-core then cancels it too.
+        recording.calls[key] = (args, _UNFINISHED, True)
 
         async def awaited() -> Any:
             try:
@@ -89,6 +95,9 @@ def _replay(recording: _Recording, key: tuple[Any, ...], args: dict[str, Any]) -
         return outcome
 
     async def awaited() -> Any:
+        if outcome is _UNFINISHED:
+            # Cancelled in the plan's run: wait to be cancelled in this one as well.
+            await asyncio.get_running_loop().create_future()
         if isinstance(outcome, Exception):
             raise outcome
         return outcome

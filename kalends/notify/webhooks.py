@@ -31,6 +31,7 @@ from db.database import Database, Tx
 from kalends import ids, outbound
 from kalends.connected.vault import Vault
 from kalends.errors import ApiError
+from kalends.notify import changes
 from kalends.outbound import OutboundError
 from kalends.service import jobs
 from kalends.times import utc_text
@@ -169,7 +170,9 @@ async def record(tx: Tx, render: Render, event_type: EventType, profile_id: str,
                  kind: Kind, *resources: dict[str, str]) -> None:
     """In the transaction of a change: queue a message per resource (given as
     the variables of its read) for each endpoint that wants it. Nothing is read
-    or rendered for a profile without one."""
+    or rendered for a profile without one. Live subscribers are told in any case
+    (`kalends.notify.changes`: the type and IDs only)."""
+    await changes.announce(tx, event_type, profile_id, [r["event_id"] for r in resources])
     endpoints = await store.subscribed(tx, profile_id, event_type)
     if not endpoints or not resources:
         return

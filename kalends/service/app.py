@@ -15,10 +15,10 @@ import mcp_bridge
 from db import ratelimits
 from db import webhooks as webhook_store
 from db.database import Database
-from graph.context import Services
 from graph import http as graph_http
 from graph import ide
-from graph.http import KalendsGraphQLView
+from graph import ws as graph_ws
+from graph.context import Services
 from graph.schema import schema
 from kalends import instance_secrets, registry
 from kalends.connected.engine import connected_jobs, open_vault
@@ -95,11 +95,12 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", metrics.scrape)
     app.router.add_get("/openapi.json", _openapi)
-    require_api_key(app, app.router.add_route(
-        "POST", "/graphql", KalendsGraphQLView(schema=schema, graphql_ide=None)))
+    graph_http.setup(app)
+    require_api_key(app, app.router.add_post("/graphql", graph_http.post))
     # Takes no key itself: a browser's page, or a WebSocket that sends its key in
     # connection_init. Anything else is a 405 charged like any other request.
     app.router.add_get("/graphql", graph_http.get, allow_head=False)
+    graph_ws.setup(app)  # subscriptions' change feed, and sockets closed on stop
     ide.setup(app)
     routes.setup(app)
     feeds.setup(app)

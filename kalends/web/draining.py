@@ -7,6 +7,11 @@ refused. Here SIGTERM first marks the process draining: `/readyz` answers 503,
 responses carry `Connection: close` so keep-alive clients reconnect elsewhere,
 and requests are still served, for at least `KALENDS_DRAIN_SECONDS` and until
 none is in flight. aiohttp's shutdown follows.
+
+Connections that stay open as long as their client likes (WebSockets) would hold
+the stop back to its timeout: they wait on `released()` and close when it
+returns, once the drain has lingered, or when the service stops at once
+(`release()`, from aiohttp's shutdown hooks).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class Drain:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._released = asyncio.Event()
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
@@ -45,5 +51,14 @@ class Drain:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         await asyncio.sleep(min(linger, timeout))
+        self.release()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), max(0.0, deadline - loop.time()))
+
+    def release(self) -> None:
+        """Ask long-lived connections to close now."""
+        self._released.set()
+
+    async def released(self) -> None:
+        """Returns once long-lived connections should close."""
+        await self._released.wait()
