@@ -12,68 +12,95 @@ import asyncpg
 from db import visibility
 from db.database import Database
 
+# Personal calendars, then connected ones with their account's sync state.
+_CALENDARS = """
+    SELECT id, name, 'kalends' AS provider, created_at, NULL::timestamptz AS last_success_at,
+           NULL::text AS account_status, NULL::timestamptz AS last_attempt_at, user_id
+    FROM calendars
+    WHERE user_id = ANY($1::text[]) AND ($2::text[] IS NULL OR id = ANY($2::text[]))
+    UNION ALL
+    SELECT c.id, c.name, c.provider, c.created_at, c.last_success_at, a.status,
+           a.last_attempt_at, c.user_id
+    FROM external_calendars c JOIN external_accounts a ON a.id = c.account_id
+    WHERE c.user_id = ANY($1::text[])
+      AND CASE WHEN $3::text[] IS NULL THEN c.selected ELSE c.id = ANY($3::text[]) END
+    ORDER BY created_at, id
+    """
+
+
+def _kinds(columns: str, first: int) -> str:
+    """`events`' rows with `columns`: calendar ids, start, end, first day and end day
+    are parameters `first` to `first` + 4."""
+    ids, start, end, first_day, end_day = (f"${first + k}" for k in range(5))
+    chosen = f"""
+        SELECT ce.id, ce.calendar_id, {columns}
+        FROM calendar_events ce WHERE ce.calendar_id = ANY({ids}::text[])
+          AND ce.status <> 'cancelled'"""
+    return f"""
+        {chosen}
+          AND ce.recurrence_rule IS NOT NULL
+          AND CASE WHEN ce.is_all_day THEN ce.start_date < {end_day}
+                   ELSE ce.start_time < {end} END
+        UNION ALL
+        {chosen}
+          AND ce.recurrence_rule IS NULL AND NOT ce.is_all_day
+          AND coalesce(ce.end_time, ce.start_time) >= {start} AND ce.start_time < {end}
+          AND coalesce(ce.end_time > {start}, ce.start_time >= {start})
+        UNION ALL
+        {chosen}
+          AND ce.recurrence_rule IS NULL AND ce.is_all_day
+          AND ce.end_date > {first_day} AND ce.start_date < {end_day}
+        """
+
+
+# The columns of `events` after `id` and `calendar_id`: all, or those that place a row in time.
+_BRIEF = """ce.start_time, ce.end_time, ce.start_timezone, ce.end_timezone, ce.is_all_day,
+        ce.start_date, ce.end_date, ce.recurrence_rule, ce.transparency, ce.source_event_id"""
+_FULL = f"""ce.title, ce.description, ce.location, {_BRIEF},
+        ce.source_profile_id, ce.subscription_id"""
+
 
 async def calendars(db: Database, user_id: str, calendar_ids: Sequence[str] | None,
                     external_ids: Sequence[str] | None) -> list[asyncpg.Record]:
     """In one statement: the user's personal calendars among `calendar_ids` (all
     when None) and connected calendars among `external_ids` (the selected ones
     when None), each connected one with its account's sync state."""
-    return await db.fetch(
-        """
-        SELECT id, name, 'kalends' AS provider, created_at, NULL::timestamptz AS last_success_at,
-               NULL::text AS account_status, NULL::timestamptz AS last_attempt_at
-        FROM calendars
-        WHERE user_id = $1 AND ($2::text[] IS NULL OR id = ANY($2::text[]))
-        UNION ALL
-        SELECT c.id, c.name, c.provider, c.created_at, c.last_success_at, a.status,
-               a.last_attempt_at
-        FROM external_calendars c JOIN external_accounts a ON a.id = c.account_id
-        WHERE c.user_id = $1
-          AND CASE WHEN $3::text[] IS NULL THEN c.selected ELSE c.id = ANY($3::text[]) END
-        ORDER BY created_at, id
-        """,
-        user_id, None if calendar_ids is None else list(calendar_ids),
-        None if external_ids is None else list(external_ids),
-    )
+    return await db.fetch(_CALENDARS, [user_id],
+                          None if calendar_ids is None else list(calendar_ids),
+                          None if external_ids is None else list(external_ids))
+
+
+async def default_calendars(db: Database, user_ids: Sequence[str]) -> list[asyncpg.Record]:
+    """`calendars(db, user_id, None, None)` of every user of `user_ids` at once: each
+    user's personal calendars and selected connected ones, oldest first per user,
+    each row naming its `user_id`."""
+    return await db.fetch(_CALENDARS, list(user_ids), None, None)
 
 
 async def events(
     db: Database, viewer_id: str, calendar_ids: Sequence[str], start: datetime, end: datetime,
-    first_day: date, end_day: date,
+    first_day: date, end_day: date, *, brief: bool = False,
 ) -> list[asyncpg.Record]:
     """Events of `calendar_ids` that are not cancelled and may meet the window: timed
     ones overlapping [start, end) (a point inside it), all-day ones whose dates meet
     [first_day, end_day), and recurring ones that begin before the window ends.
 
     A synced copy carries its source profile's handle and name, and whether the
-    viewer may see that profile (db/visibility.py)."""
-    columns = """
-        ce.id, ce.calendar_id, ce.title, ce.description, ce.location, ce.start_time,
-        ce.end_time, ce.start_timezone, ce.end_timezone, ce.is_all_day, ce.start_date,
-        ce.end_date, ce.recurrence_rule, ce.transparency, ce.source_event_id,
-        ce.source_profile_id, ce.subscription_id
-        FROM calendar_events ce WHERE ce.calendar_id = ANY($2::text[])
-          AND ce.status <> 'cancelled'"""
+    viewer may see that profile (db/visibility.py).
+
+    `brief`: only what places the rows in time (free/busy's need): `id`,
+    `calendar_id`, the time columns, `recurrence_rule`, `transparency` and
+    `source_event_id`; no text and no profile (`viewer_id` is then not used)."""
     # Three kinds, three index ranges: recurring events that begin before the
     # window ends (calendar_events_recurring), then one-off timed and all-day ones
     # that end after it starts and begin before it ends (0009's indexes, by end:
     # the past is not read).
+    if brief:
+        return await db.fetch(_kinds(_BRIEF, 1), list(calendar_ids), start, end, first_day,
+                              end_day)
     return await db.fetch(
         f"""
-        WITH ev AS (
-            SELECT {columns}
-              AND ce.recurrence_rule IS NOT NULL
-              AND CASE WHEN ce.is_all_day THEN ce.start_date < $6 ELSE ce.start_time < $4 END
-            UNION ALL
-            SELECT {columns}
-              AND ce.recurrence_rule IS NULL AND NOT ce.is_all_day
-              AND coalesce(ce.end_time, ce.start_time) >= $3 AND ce.start_time < $4
-              AND coalesce(ce.end_time > $3, ce.start_time >= $3)
-            UNION ALL
-            SELECT {columns}
-              AND ce.recurrence_rule IS NULL AND ce.is_all_day
-              AND ce.end_date > $5 AND ce.start_date < $6
-        ),
+        WITH ev AS ({_kinds(_FULL, 2)}),
         src AS (
             SELECT DISTINCT source_profile_id AS profile_id
             FROM ev WHERE source_profile_id IS NOT NULL

@@ -276,7 +276,21 @@ def merge(rows: Sequence[asyncpg.Record], w: Window,
     return items, True, None
 
 
-def _occurrences(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
+class Span(NamedTuple):
+    """Where one occurrence of a calendar event lies in a window, without its ID:
+    `start` and `end` (None: a point) as instants; an all-day one also has its
+    floating dates, its instants being their midnights in the window's zone."""
+
+    start: datetime
+    end: datetime | None
+    start_date: date | None
+    end_date: date | None
+
+
+def spans(row: asyncpg.Record, w: Window) -> tuple[list[Span], Reason | None]:
+    """The occurrences of calendar event `row` that meet `w`, as the agenda finds
+    them (the same expansion and bounds), in order, without occurrence IDs; a row
+    that no longer expands is logged and left out ("expansion_limit")."""
     try:
         if row["is_all_day"]:
             return _all_day(row, times.of_row(row), w)
@@ -289,7 +303,19 @@ def _occurrences(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | 
         return [], "expansion_limit"
 
 
-def _timed(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
+def _occurrences(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
+    found, reason = spans(row, w)
+    event_id = row["id"]
+    return [
+        _Slot(s.start, f"{event_id}:{times.compact_utc(s.start)}", s.end, None, None, row)
+        if s.start_date is None else
+        _Slot(s.start, f"{event_id}:{s.start_date.isoformat().replace('-', '')}", s.end,
+              s.start_date, s.end_date, row)
+        for s in found
+    ], reason
+
+
+def _timed(row: asyncpg.Record, w: Window) -> tuple[list[Span], Reason | None]:
     start_time, end_time = row["start_time"], row["end_time"]
     length = end_time - start_time if end_time is not None else None
     rule = row["recurrence_rule"]
@@ -303,23 +329,21 @@ def _timed(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
             w.start - (length or timedelta()), w.end, limit=MAX_ITEMS + 1,
         )
         starts, reason = [o.start for o in expansion.items], expansion.incomplete_reason
-    slots = []
+    found = []
     for start in starts:
         if length is None:
             if not w.start <= start < w.end:  # a point
                 continue
-            end = None
+            found.append(Span(start, None, None, None))
         else:
             end = start + length
-            if not (start < w.end and end > w.start):
-                continue
-        stamp = times.compact_utc(start)
-        slots.append(_Slot(start, f"{row['id']}:{stamp}", end, None, None, row))
-    return slots, reason
+            if start < w.end and end > w.start:
+                found.append(Span(start, end, None, None))
+    return found, reason
 
 
 def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
-             ) -> tuple[list[_Slot], Reason | None]:
+             ) -> tuple[list[Span], Reason | None]:
     assert t.start_date is not None and t.end_date is not None  # all-day rows have both
     length = t.end_date - t.start_date
     rule = row["recurrence_rule"]
@@ -336,17 +360,15 @@ def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
         )
         days = list(dict.fromkeys(o.original_local.date() for o in expansion.items))
         reason = expansion.incomplete_reason
-    slots = []
+    found = []
     for day in days:
         end_day = day + length
         if not (day < w.end_date and end_day > w.first_day):
             continue
         # Floating: the same dates whatever the zone, their midnights in the agenda's.
-        slots.append(_Slot(
-            times.local_midnight(day, w.tz), f"{row['id']}:{day.isoformat().replace('-', '')}",
-            times.local_midnight(end_day, w.tz), day, end_day, row,
-        ))
-    return slots, reason
+        found.append(Span(times.local_midnight(day, w.tz), times.local_midnight(end_day, w.tz),
+                          day, end_day))
+    return found, reason
 
 
 def _item(slot: _Slot, tz: ZoneInfo) -> Item:

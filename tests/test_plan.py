@@ -80,6 +80,8 @@ async def _tour(api: Api, live_server: LiveServer) -> list[str]:
         "title": "Dentist", "start_time": f"{tomorrow}T09:00", "start_timezone": "UTC",
         "end_time": f"{tomorrow}T10:00", "end_timezone": "UTC"})
     await ok("PATCH", f"{calendar_path}/{own['id']}", fan, 200, {"location": "Clinic"})
+    await ok("POST", "/v1/meeting-times", fan, 200, {
+        "start": f"{tomorrow}T00:00:00Z", "end": f"{tomorrow}T23:00:00Z", "duration_minutes": 30})
 
     gets = [
         "/v1/agenda?days=7", "/v1/calendars", f"/v1/calendars/{fan.calendar_id}",
@@ -94,6 +96,7 @@ async def _tour(api: Api, live_server: LiveServer) -> list[str]:
         f"/v1/series/{sid}/events", "/v1/subscriptions",
         f"/v1/subscriptions/{subscription['id']}",
         f"/v1/profiles/{pid}/webhook-endpoints", f"/v1/webhook-endpoints/{hook['id']}",
+        f"/v1/free-busy?start={tomorrow}T00:00:00Z&end={tomorrow}T12:00:00Z",
         # error paths
         "/v1/events/evt_doesnotexist0000000000000", "/v1/profiles/nonsense",
         "/v1/events?limit=0", "/v1/search?q=",
