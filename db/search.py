@@ -1,22 +1,38 @@
-"""Full-text search over events, profiles and series: one statement per page.
+"""Full-text search over events, profiles and series, ranked without reading
+every match.
 
-The tsvector columns and their GIN indexes are in migration 0005. The user's
-text reaches SQL only as a bound parameter: `websearch_to_tsquery` parses it
-(quotes, `or`, `-` as a search box does; it never fails on odd input), once
-with each configuration the columns are indexed with, and the two are ORed.
-For a prefix match of the last word, `:*` is appended to the final operand of
-the parsed query's canonical text form, whose every lexeme is quoted, so the
-edit cannot change how anything else parses.
+The tsvector columns and their GIN indexes are in migrations 0005 and 0016. The
+user's text reaches SQL only as a bound parameter: `websearch_to_tsquery` parses
+it (quotes, `or`, `-` as a search box does; it never fails on odd input), once
+with each configuration the columns are indexed with, and the two are ORed. For
+a prefix match of the last word, `:*` is appended to the final operand of the
+parsed query's canonical text form, whose every lexeme is quoted, so the edit
+cannot change how anything else parses.
 
-Visibility is decided in the statement, by the same SQL as every other read
+Relevance (migration 0016): a hit's rank is its tier plus a fraction of its
+day. Tier 3: the whole query is found in the title (an event's) or the name and
+handle (a profile's, a series'); tier 2: in those and the description; tier 1:
+anywhere, the location included. The same query restricted to weights (`:A`,
+`:AB`) decides it. Within a tier the latest day comes first: an event's start,
+a profile's or series' creation; then id. So the first page of a word found in
+10,000 titles is the first 20 matching rows of `events_search_order` (the
+planner's choice when the title statistics say the word is common), not a sort
+of all 10,000; a rare word is still read through the GIN index and sorted.
+
+One statement per tier, best first, until the page is full: a word found in
+enough titles never reads its descriptions' matches. Each runs with custom
+plans (`plan_cache_mode`): a cached generic plan would pick one strategy for
+rare and common words alike.
+
+Visibility is decided in the statements, by the same SQL as every other read
 (db/visibility.py): events and series by their profile's rule, profiles by
-`profile_visible`. Rows are ranked by `ts_rank`, rounded to six significant
-digits (float4 to numeric), and that rounded value is the rank clients see and
-the cursor's keyset carries.
+`profile_visible`.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Sequence
 
 import asyncpg
@@ -25,9 +41,15 @@ from db import visibility
 from db.database import Database
 
 KINDS = ("event", "profile", "series")
+TIERS = (3, 2, 1)
+# The day's share of a rank: days since 1970 divided by this stay below 0.3
+# until the year 29349, so tiers never meet, and tier + day / 10^7 is exact
+# in a float8 (8 significant digits): ranks order as (tier, day) do.
+_DAY_SCALE = 10_000_000
 
 # Parameters: $1 the text, $2 whether its last word is a prefix, $3 the viewer,
-# $4 and $5 the keyset (rank, id) the page starts after, $6 the row count.
+# $4 the row count; with a keyset, $5 and $6: the negated day and id the page
+# starts after within the statement's tier.
 
 
 def _parsed(config: str) -> str:
@@ -36,79 +58,132 @@ def _parsed(config: str) -> str:
             "CASE WHEN $2::boolean THEN ''':*' ELSE '''' END)::tsquery")
 
 
-# The query as a scalar subquery of the materialized CTE: an InitPlan, computed
-# once per statement, and a plain `column @@ value` restriction that the GIN
-# index serves (a join to the CTE leaves that to join order and cost guesses).
-_QUERY = "(SELECT query FROM q)"
+def _weighted(query: str, weights: str) -> str:
+    """`query` with every operand restricted to `weights`: `'w'` → `'w':A`,
+    `'w':*` → `'w':*A` (a quoted lexeme doubles its own quotes)."""
+    return (f"regexp_replace(({query})::text, '(''(?:[^'']|'''')*'')(?::(\\*))?', "
+            f"'\\1:\\2{weights}', 'g')::tsquery")
 
 
-def _rank(tsv: str) -> str:
-    """ts_rank with its default weights spelled out (D, C, B, A); migration 0005
-    weights titles, names and handles A, descriptions B, locations C."""
-    return f"ts_rank('{{0.1, 0.2, 0.4, 1.0}}', {tsv}, {_QUERY})::numeric::float8"
+# The query and its restrictions, written out where they are used: every function
+# in them is immutable, so with the custom plans `page` asks for, the planner
+# folds each into a constant before it plans, and its estimate of how many rows
+# match (from the columns' statistics) decides between the ordered index and the
+# GIN index. An InitPlan would hide the value: every word would be planned as
+# the same default fraction of the table.
+_QUERY = f"({_parsed('english')} || {_parsed('simple')})"
+_Q = {"": _QUERY, "A": _weighted(_QUERY, "A"), "AB": _weighted(_QUERY, "AB")}
 
 
-_BRANCHES = {
-    "event": f"""
-        SELECT 'event' AS kind, e.id, e.title, e.description, e.image_url,
-               e.slug::text AS slug, e.start_time AS date_info,
-               p.platform_id::text AS handle, {_rank('e.search_tsv')} AS rank,
+def _matches(tsv: str, tier: int, title_tsv: str | None, negated: bool) -> str:
+    """`tsv` holds the whole query in exactly `tier`'s fields. `title_tsv`: the
+    column holding weight A alone (events), whose statistics the planner uses."""
+    in_titles = f"{title_tsv} @@ {_Q['']}" if title_tsv else f"{tsv} @@ {_Q['A']}"
+    condition = {
+        3: in_titles,
+        2: f"{tsv} @@ {_Q['AB']} AND NOT {in_titles}",
+        1: f"{tsv} @@ {_Q['']} AND NOT {tsv} @@ {_Q['AB']}",
+    }[tier]
+    # A restricted query only looks at its fields: `yoga -hot` restricted to
+    # titles holds for a hot yoga class whose description says hot. The whole
+    # query excludes it, when there is something to exclude.
+    return f"{condition} AND {tsv} @@ {_Q['']}" if negated and tier != 1 else condition
+
+
+def _rank(tier: int, day: str) -> str:
+    return f"({tier} + {day}::numeric / {_DAY_SCALE})::float8"
+
+
+def _branch(kind: str, tier: int, negated: bool, keyset: bool) -> str:
+    table, alias, day_of = {"event": ("events", "e", "start_time"),
+                            "series": ("series", "s", "created_at"),
+                            "profile": ("profiles", "p", "created_at")}[kind]
+    order = f"-search_day({alias}.{day_of})"
+    after = f"AND ({order}, {alias}.id) > ($5::integer, $6::text)" if keyset else ""
+    matches = _matches(f"{alias}.search_tsv", tier, "e.title_tsv" if kind == "event" else None,
+                       negated)
+    columns = {
+        "event": "'event' AS kind, e.id, e.title, e.description, e.image_url, "
+                 "e.slug::text AS slug, e.start_time AS date_info, "
+                 "p.platform_id::text AS handle",
+        "series": "'series' AS kind, s.id, s.name AS title, s.description, "
+                  "NULL::text AS image_url, s.slug::text AS slug, "
+                  "NULL::timestamptz AS date_info, p.platform_id::text AS handle",
+        "profile": "'profile' AS kind, p.id, p.display_name AS title, p.description, "
+                   "p.profile_image_url AS image_url, p.platform_id::text AS slug, "
+                   "NULL::timestamptz AS date_info, p.platform_id::text AS handle",
+    }[kind]
+    if kind == "profile":
+        # A profile is found by those who may retrieve it: `profile_visible`.
+        return f"""
+        SELECT {columns}, {_rank(tier, f'search_day(p.{day_of})')} AS rank,
                {visibility.columns('$3')}
-        FROM events e {visibility.join_profile('e', '$3')}
-        WHERE e.search_tsv @@ {_QUERY} AND {visibility.visible('e', '$3')}
-    """,
-    "series": f"""
-        SELECT 'series' AS kind, s.id, s.name AS title, s.description,
-               NULL::text AS image_url, s.slug::text AS slug, NULL::timestamptz AS date_info,
-               p.platform_id::text AS handle, {_rank('s.search_tsv')} AS rank,
-               {visibility.columns('$3')}
-        FROM series s {visibility.join_profile('s', '$3')}
-        WHERE s.search_tsv @@ {_QUERY} AND {visibility.visible('s', '$3')}
-    """,
-    # A profile is found by those who may retrieve it: `profile_visible`.
-    "profile": f"""
-        SELECT * FROM (
-            SELECT 'profile' AS kind, p.id, p.display_name AS title, p.description,
-                   p.profile_image_url AS image_url, p.platform_id::text AS slug,
-                   NULL::timestamptz AS date_info, p.platform_id::text AS handle,
-                   {_rank('p.search_tsv')} AS rank, {visibility.columns('$3')}
-            FROM profiles p
-            LEFT JOIN organization_members m
-              ON m.organization_id = p.organization_id AND m.user_id = $3
-            WHERE p.search_tsv @@ {_QUERY}
-        ) found
-        WHERE profile_visible
-    """,
-}
-
-
-def sql(kinds: Sequence[str]) -> str:
-    """The statement for a page of hits of these kinds (a non-empty subset of
-    KINDS), ordered by rank descending, then id."""
-    branches = "\n    UNION ALL\n".join(_BRANCHES[k] for k in KINDS if k in kinds)
+        FROM profiles p
+        LEFT JOIN organization_members m
+          ON m.organization_id = p.organization_id AND m.user_id = $3
+        WHERE {matches} AND {visibility.profile_visible('$3')} {after}
+        ORDER BY {order}, p.id LIMIT $4"""
     return f"""
-    WITH q AS MATERIALIZED (
-        SELECT {_parsed('english')} || {_parsed('simple')} AS query
-    )
+        SELECT {columns}, {_rank(tier, f'search_day({alias}.{day_of})')} AS rank,
+               {visibility.columns('$3')}
+        FROM {table} {alias} {visibility.join_profile(alias, '$3')}
+        WHERE {matches} AND {visibility.visible(alias, '$3')} {after}
+        ORDER BY {order}, {alias}.id LIMIT $4"""
+
+
+@functools.cache
+def sql(kinds: tuple[str, ...], tier: int, negated: bool, keyset: bool) -> str:
+    """The statement for the next `$4` hits of one tier among these kinds (a
+    non-empty subset of KINDS), ordered by rank descending, then id; each kind's
+    branch is itself ordered and limited, so an index in that order can stop early."""
+    branches = "\n    UNION ALL\n".join(
+        f"({_branch(k, tier, negated, keyset)})" for k in KINDS if k in kinds)
+    return f"""
     SELECT kind, id, title, description, image_url, slug, date_info, rank,
            CASE WHEN profile_visible THEN handle END AS profile_handle
     FROM ({branches}) hits
-    WHERE $4::float8 IS NULL OR rank < $4 OR (rank = $4 AND id > $5::text)
     ORDER BY rank DESC, id
-    LIMIT $6
+    LIMIT $4
     """
 
 
-def arguments(
-    text: str, prefix: bool, viewer_id: str, after: tuple[float, str] | None, limit: int
-) -> tuple[object, ...]:
+# `-word` (after a space or at the start) excludes a word in web-search syntax.
+_NEGATION = re.compile(r"(?:^|\s)-")
+
+
+def is_negated(text: str) -> bool:
+    """Whether the text may exclude words (a quoted `-` counts: harmless)."""
+    return bool(_NEGATION.search(text))
+
+
+def tier_and_key(rank: float) -> tuple[int, int]:
+    """The tier and negated day a rank was made of."""
+    tier = round(rank)
+    return tier, -round((rank - tier) * _DAY_SCALE)
+
+
+def arguments(text: str, prefix: bool, viewer_id: str, limit: int,
+              keyset: tuple[int, str] | None = None) -> tuple[object, ...]:
     """The parameters of `sql`, in order."""
-    after_rank, after_id = after if after else (None, None)
-    return text, prefix, viewer_id, after_rank, after_id, limit
+    return (text, prefix, viewer_id, limit, *(keyset or ()))
 
 
 async def page(
     db: Database, kinds: Sequence[str], text: str, prefix: bool, viewer_id: str,
     after: tuple[float, str] | None, limit: int,
 ) -> list[asyncpg.Record]:
-    return await db.fetch(sql(kinds), *arguments(text, prefix, viewer_id, after, limit))
+    """Up to `limit` hits after the keyset `after` (rank, id): tier by tier."""
+    chosen = tuple(k for k in KINDS if k in kinds)
+    negated = is_negated(text)
+    after_tier, after_key = tier_and_key(after[0]) if after else (TIERS[0], 0)
+    rows: list[asyncpg.Record] = []
+    async with db.transaction() as tx:
+        await tx.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        for tier in TIERS:
+            if tier > after_tier or len(rows) >= limit:
+                continue
+            keyset = (after_key, after[1]) if after and tier == after_tier else None
+            rows += await tx.fetch(sql(chosen, tier, negated, keyset is not None),
+                                   *arguments(text, prefix, viewer_id, limit - len(rows),
+                                              keyset))
+    return rows

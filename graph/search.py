@@ -24,7 +24,12 @@ class SearchItem:
     )
     description: str | None
     rank: float | None = strawberry.field(
-        description="Relevance; results come in descending rank, then by id."
+        description="Relevance: 3 when the whole query is found in the title (an event's) or "
+        "the name or handle (a profile's, a series'), 2 when it is found only once the "
+        "description is included, 1 when it needs the location too; plus the item's day "
+        "(an event's start, a profile's or series' creation; whole days since 1970) over "
+        "10,000,000, so the latest come first within a tier. Results come in descending "
+        "rank, then by id."
     )
     image_url: str | None = strawberry.field(
         description="An event's image_url, a profile's profile_image_url; null for a series."
