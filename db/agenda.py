@@ -39,6 +39,7 @@ def _kinds(columns: str, first: int) -> str:
     return f"""
         {chosen}
           AND ce.recurrence_rule IS NOT NULL
+          AND coalesce(ce.recurrence_end, 'infinity'::timestamptz) >= {start}
           AND CASE WHEN ce.is_all_day THEN ce.start_date < {end_day}
                    ELSE ce.start_time < {end} END
         UNION ALL
@@ -83,7 +84,8 @@ async def events(
 ) -> list[asyncpg.Record]:
     """Events of `calendar_ids` that are not cancelled and may meet the window: timed
     ones overlapping [start, end) (a point inside it), all-day ones whose dates meet
-    [first_day, end_day), and recurring ones that begin before the window ends.
+    [first_day, end_day), and recurring ones that begin before the window ends and
+    whose `recurrence_end` is not before it starts.
 
     A synced copy carries its source profile's handle and name, and whether the
     viewer may see that profile (db/visibility.py).
@@ -91,10 +93,11 @@ async def events(
     `brief`: only what places the rows in time (free/busy's need): `id`,
     `calendar_id`, the time columns, `recurrence_rule`, `transparency` and
     `source_event_id`; no text and no profile (`viewer_id` is then not used)."""
-    # Three kinds, three index ranges: recurring events that begin before the
-    # window ends (calendar_events_recurring), then one-off timed and all-day ones
-    # that end after it starts and begin before it ends (0009's indexes, by end:
-    # the past is not read).
+    # Three kinds, three index ranges, each by where its rows end, so the past is
+    # not read: recurring events whose last occurrence ends at or after the window
+    # starts (0017's calendar_events_recurring_end; an end not known yet counts as
+    # never) and that begin before it ends, then one-off timed and all-day ones that
+    # end after it starts and begin before it ends (0009's indexes).
     if brief:
         return await db.fetch(_kinds(_BRIEF, 1), list(calendar_ids), start, end, first_day,
                               end_day)

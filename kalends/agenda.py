@@ -12,18 +12,20 @@ occurrence_id) and capped at `MAX_ITEMS`.
 
 from __future__ import annotations
 
+import heapq
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo
 
 import asyncpg
 
 from db import agenda as store
+from db import calendar_events as events_store
 from db import connected as connected_store
-from db.database import Database
+from db.database import Database, Tx
 from kalends import ids, recurrence, times
 from kalends.auth import Viewer
 from kalends.connected import occurrences, sync_state
@@ -233,10 +235,10 @@ def _in_requested_order(rows: list[asyncpg.Record], wanted: list[str]) -> list[a
 
 
 class _Slot(NamedTuple):
-    """An occurrence found in the window; made into an `Item` only if it is kept."""
+    """An occurrence found in the window; its ID is made, and it is made into an
+    `Item`, only if it may be kept."""
 
     start: datetime
-    occurrence_id: str
     end: datetime | None
     start_date: date | None
     end_date: date | None
@@ -259,21 +261,38 @@ def merge(rows: Sequence[asyncpg.Record], w: Window,
     shown = {r["source_event_id"] for r in rows if r["source_event_id"] is not None}
     bounds = occurrences.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
     external, reason = occurrences.expand(connected, bounds, MAX_ITEMS, shown)
-    slots.extend(_Slot(f.start, f.occurrence_id, f.end, f.start_date, f.end_date, f)
-                 for f in external)
+    slots.extend(_Slot(f.start, f.end, f.start_date, f.end_date, f) for f in external)
     cut = cut or reason == "max_items"
     short = short or reason == "expansion_limit"
-    slots.sort(key=lambda s: (s.start, s.occurrence_id))
     if len(slots) > MAX_ITEMS:
         cut = True
-        del slots[MAX_ITEMS:]
-    items = [_item(s, w.tz) for s in slots]
+        slots = _earliest(slots)
+    kept = sorted(((s.start, _occurrence_id(s), s) for s in slots),
+                  key=lambda k: (k[0], k[1]))[:MAX_ITEMS]
+    items = [_item(s, occurrence_id, w.tz) for _, occurrence_id, s in kept]
     # Work ran out: occurrences may be missing anywhere, not only past the cut.
     if short:
         return items, False, "expansion_limit"
     if cut:
         return items, False, "max_items"
     return items, True, None
+
+
+def _earliest(slots: list[_Slot]) -> list[_Slot]:
+    """The slots that may be among the first MAX_ITEMS by (start, occurrence ID):
+    every one that starts no later than the MAX_ITEMS-th start. A month of a few
+    hundred weekly series has thousands of occurrences; only these get an ID."""
+    last = heapq.nsmallest(MAX_ITEMS, (s.start for s in slots))[-1]
+    return [s for s in slots if s.start <= last]
+
+
+def _occurrence_id(slot: _Slot) -> str:
+    row = slot.row
+    if isinstance(row, occurrences.Found):
+        return row.occurrence_id
+    if slot.start_date is None:
+        return f"{row['id']}:{times.compact_utc(slot.start)}"
+    return f"{row['id']}:{slot.start_date.isoformat().replace('-', '')}"
 
 
 class Span(NamedTuple):
@@ -305,14 +324,7 @@ def spans(row: asyncpg.Record, w: Window) -> tuple[list[Span], Reason | None]:
 
 def _occurrences(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
     found, reason = spans(row, w)
-    event_id = row["id"]
-    return [
-        _Slot(s.start, f"{event_id}:{times.compact_utc(s.start)}", s.end, None, None, row)
-        if s.start_date is None else
-        _Slot(s.start, f"{event_id}:{s.start_date.isoformat().replace('-', '')}", s.end,
-              s.start_date, s.end_date, row)
-        for s in found
-    ], reason
+    return [_Slot(s.start, s.end, s.start_date, s.end_date, row) for s in found], reason
 
 
 def _timed(row: asyncpg.Record, w: Window) -> tuple[list[Span], Reason | None]:
@@ -371,9 +383,76 @@ def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
     return found, reason
 
 
-def _item(slot: _Slot, tz: ZoneInfo) -> Item:
+# ---------------------------------------------------------------------------
+# Where a recurring series ends: the bound the agenda's query reads recurring rows by
+
+
+def series_end(row: Mapping[str, Any]) -> datetime | None:
+    """An instant at or after which no occurrence of calendar event `row` (a stored
+    row, or the columns about to be written) can meet an agenda window: the end of its
+    last occurrence, placed as `spans` places it. None when the series does not end,
+    or its end is out of reach (`recurrence.last_occurrence`), or the row has no rule.
+
+    db/agenda.py reads a recurring row only if this is at or after the window's
+    start, so it must never be early: a late one only costs a row read."""
+    rule = row["recurrence_rule"]
+    if rule is None:
+        return None
+    try:
+        t = times.of_row(row)
+        tz = times.zone(t.start_timezone, param="start_timezone")
+        if t.is_all_day:
+            assert t.start_date is not None and t.end_date is not None
+            last = recurrence.last_occurrence(rule, datetime.combine(t.start_date, time()), tz)
+            if last is None:
+                return None
+            # Floating dates: an agenda window starts at its first day's midnight in
+            # a zone less than a day from UTC, so an occurrence ending on a later date
+            # ends after that; the UTC midnight of its end date is the bound.
+            end_day = last.original_local.date() + (t.end_date - t.start_date)
+            return datetime.combine(end_day, time(), UTC)
+        last = recurrence.last_occurrence(rule, t.local_start, tz)
+        if last is None:
+            return None
+        length = t.end_time - t.start_time if t.end_time is not None else timedelta()
+        return last.start + length
+    except (ApiError, OverflowError):
+        # A rule that no longer expands, or an end past year 9999: no bound.
+        return None
+
+
+def with_series_end(values: dict[str, Any], row: Mapping[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """`values` (columns about to be written to calendar event `row`, None for a new
+    one) with `recurrence_end` added whenever they set the times or the rule."""
+    if row is not None and "recurrence_rule" not in values:
+        return values  # times.update_columns sends the rule whenever the times change
+    return {**values, "recurrence_end": series_end({**(row or {}), **values})}
+
+
+async def settle_recurrence_ends(db: Database | Tx, *,
+                                 source_event_ids: Sequence[str] | None = None,
+                                 batch: int = 1000) -> int:
+    """Stores `series_end` for recurring calendar events whose end is not known
+    (written by a statement that does not compute it: the subscription sync's
+    set-based copies, rows older than migration 0017): the copies of
+    `source_event_ids`, or every such row, `batch` at a time. Until then such a row
+    is read by every agenda that could show it, as if it never ended. Returns how
+    many rows were settled."""
+    settled = 0
+    while True:
+        rows = await events_store.unsettled(db, source_event_ids, batch)
+        done = await events_store.settle(db, [(r["id"], r["inputs"], series_end(r)) for r in rows])
+        settled += done
+        # A row changed meanwhile is left unknown (its new times are not the ones
+        # read); the next round, or the next write, settles it.
+        if len(rows) < batch or done == 0:
+            return settled
+
+
+def _item(slot: _Slot, occurrence_id: str, tz: ZoneInfo) -> Item:
     if isinstance(slot.row, occurrences.Found):
-        return _external_item(slot.row, tz)
+        return _external_item(slot.row, occurrence_id, tz)
     row, start, end = slot.row, slot.start, slot.end
     copy = row["source_event_id"] is not None
     recurring = row["recurrence_rule"] is not None
@@ -382,7 +461,7 @@ def _item(slot: _Slot, tz: ZoneInfo) -> Item:
         profile = ProfileRef(row["source_profile_id"], row["profile_platform_id"],
                              row["profile_display_name"])
     return Item(
-        occurrence_id=slot.occurrence_id,
+        occurrence_id=occurrence_id,
         calendar_id=row["calendar_id"],
         event_id=row["id"],
         editable=not copy and not recurring,
@@ -409,10 +488,10 @@ def _local(instant: datetime, tz: ZoneInfo) -> datetime:
     return instant.astimezone(tz).replace(microsecond=0)
 
 
-def _external_item(f: occurrences.Found, tz: ZoneInfo) -> Item:
+def _external_item(f: occurrences.Found, occurrence_id: str, tz: ZoneInfo) -> Item:
     c = f.component
     return Item(
-        occurrence_id=f.occurrence_id,
+        occurrence_id=occurrence_id,
         calendar_id=f.calendar_id,
         event_id=f.event_id,
         editable=False,

@@ -10,7 +10,7 @@ import asyncpg
 
 from db import calendar_events as store
 from db.database import Database
-from kalends import ids, times
+from kalends import agenda, ids, times
 from kalends.errors import ApiError, not_found
 from kalends.events import ScheduleFields, Title
 
@@ -58,6 +58,7 @@ async def create(db: Database, calendar: asyncpg.Record, data: CalendarEventCrea
     values: dict[str, Any] = {k: fields[k] for k in _AS_SENT if k in fields}
     # The spec fills end_timezone from start_timezone for profile events only.
     values.update(times.create_columns(fields, fill_end_timezone=False))
+    values = agenda.with_series_end(values)
     event_id = ids.new_id("cev")
     try:
         await store.insert(db, event_id, calendar["id"], values)
@@ -76,7 +77,7 @@ async def update(db: Database, row: asyncpg.Record, data: CalendarEventUpdate) -
     # again: an end always has its zone, so it takes that one.
     if values.get("end_time") is not None and values.get("end_timezone") is None:
         values["end_timezone"] = values["start_timezone"]
-    await store.update(db, row["id"], values)
+    await store.update(db, row["id"], agenda.with_series_end(values, row))
 
 
 async def delete(db: Database, row: asyncpg.Record) -> None:

@@ -44,10 +44,15 @@ subprocesses allowed, the walk is metered instead:
   February, the last weekday of the month) are found within a few; a rule with nothing
   in its allowance never occurs or is absurdly rare, and is rejected either way.
 * `occurrences` gets `EXPANSION_WORK` units and reports `expansion_limit` when they run
-  out. Without COUNT it starts dateutil at the start of the rule's last period before
-  the window (`_anchor`), with the parts dateutil would have taken from the event's
-  start written out, so the work follows the window and not the age of the series;
-  with COUNT it has to count from the first start.
+  out. It starts dateutil at the start of the rule's last period before the window
+  (`_anchor`), with the parts dateutil would have taken from the event's start written
+  out, so the work follows the window and not the age of the series. With COUNT the
+  occurrences before that period are counted from the first start once per (rule,
+  start, period), on an allowance of their own (`_count_before`, cached), and dateutil
+  starts at the period with the COUNT that is left; when they cannot be counted it
+  walks from the first start as before.
+* `last_occurrence` finds where a COUNT or UNTIL series ends (`END_WORK` units, once
+  per write): the agenda stores it so that series over long ago are not read.
 
 Rejected alternative: probing the rule shifted by a multiple of 400 years (the
 Gregorian cycle) to just before year 9999, where dateutil stops by itself. The shift
@@ -286,6 +291,69 @@ def _expand(rule: str, start_local: datetime, tz: ZoneInfo, window_start: dateti
     # lands after the gap.
     items.sort(key=lambda o: (o.start, o.original_local))
     return Expansion(items[:limit], reason is None, reason)
+
+
+def last_occurrence(rule: str, start_local: datetime, tz: ZoneInfo) -> Occurrence | None:
+    """The last occurrence of a checked rule from `start_local` (naive, wall clock of
+    `tz`), as `occurrences` would list it: the latest instant, which is not always the
+    latest wall time around a DST gap. None when the series has no end in reach: no
+    COUNT or UNTIL, an end past year 9999, or one not found within `END_WORK` units
+    (then it is treated as never ending, which is safe for every bound made of it)."""
+    parsed = _parse_or_raise(rule, "recurrence_rule")
+    _need_naive(start_local)
+    if parsed.count is None and parsed.until is None:
+        return None
+    try:
+        return _last(parsed, start_local, tz)
+    except _RuleError as exc:
+        raise _invalid(str(exc), rule, "recurrence_rule") from None
+
+
+# Work allowed to find where a series ends: spent once per write, not per request.
+END_WORK = 200_000
+_LAST_TRIES = 64
+_LONGEST_STEP_BACK = timedelta(days=400 * 366)
+
+
+@lru_cache(maxsize=4096)
+def _last(r: _Rule, start: datetime, tz: ZoneInfo) -> Occurrence | None:
+    # Cached: a profile event's copies in a thousand calendars share one rule and start.
+    until_wall, until_instant = _until_bounds(r)
+    meter = _Meter(END_WORK)
+    if until_wall is None:  # COUNT: dateutil has to count from the start
+        return _latest(r, start, start, None, None, tz, meter)
+    # UNTIL: walk only the periods of its last day or so (a wall time just before
+    # them cannot be a later instant: DST moves a wall time by hours), and further
+    # back, twice as far each time, while they hold no occurrence.
+    back = timedelta(days=_DAYS_PER_PERIOD[r.freq] * r.interval)
+    target = max(start, _shift(until_wall, -1))
+    for _ in range(_LAST_TRIES):
+        found = _latest(r, start, target, until_wall, until_instant, tz, meter)
+        if found is not None or target <= start or meter.left < 0:
+            return found
+        target = start if target - start <= back else target - back
+        back = min(back * 2, _LONGEST_STEP_BACK)
+    return None
+
+
+def _latest(r: _Rule, start: datetime, target: datetime, until_wall: datetime | None,
+            until_instant: datetime | None, tz: ZoneInfo, meter: _Meter) -> Occurrence | None:
+    """The latest occurrence from the rule's period at or before `target` on (None:
+    none there, or the allowance ran out, or the series runs to year 9999)."""
+    latest: Occurrence | None = None
+    try:
+        for wall in _walls(r, start, target, until_wall, meter):
+            meter.charge(_PER_CANDIDATE + _PER_LOCALIZED)
+            instant = _instant(wall, tz)
+            if until_instant is not None and instant > until_instant:
+                continue
+            if latest is None or (instant, wall) > (latest.start, latest.original_local):
+                latest = Occurrence(wall, instant)
+    except _Exhausted:
+        return None
+    except (ValueError, OverflowError):
+        return None  # dateutil or the zone cannot go past year 9999: no end in reach
+    return latest
 
 
 # -- parsing -----------------------------------------------------------------------
@@ -543,13 +611,23 @@ def _walls(
     r: _Rule, start: datetime, target: datetime, until: datetime | None, meter: _Meter
 ) -> Iterator[datetime]:
     """dateutil's naive wall-clock candidates, metered: all of them from `start`, or
-    (without COUNT) from the start of the rule's last period at or before `target`."""
-    anchor = None if r.count is not None else _anchor(r, start, target)
+    from the start of the rule's last period at or before `target` (with COUNT, less
+    the occurrences before that period, when they can be counted)."""
+    anchor = _anchor(r, start, target)
+    left = None
+    if anchor is not None and r.count is not None:
+        before = _count_before(r, start, anchor)
+        anchor = None if before is None else anchor
+        left = None if before is None else r.count - before
     if anchor is None:
         # dateutil generates and drops the first period's candidates before `start`.
         meter.charge(_first_period_cost(r))
         dtstart = start
     else:
+        if left is not None:
+            if left <= 0:
+                return iter(())
+            r = replace(r, count=left)
         r = _with_start_defaults(r, start.month, start.day, start.weekday(), start.hour,
                                  start.minute, start.second)
         dtstart = anchor
@@ -561,6 +639,38 @@ def _walls(
     except (ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
         raise _RuleError(f"The recurrence rule is invalid: {exc}") from None
     return cast(Iterator[datetime], iter(metered))
+
+
+@lru_cache(maxsize=4096)
+def _count_before(r: _Rule, start: datetime, anchor: datetime) -> int | None:
+    """How many of a COUNT rule's occurrences come before `anchor` (a period start),
+    counted from `start` once with an allowance of its own (`END_WORK`, as for
+    finding the series' end, so that a window can be expanded wherever the end can
+    be found): a series that began years ago is then walked from the window's period
+    on every later request, with the COUNT that is left. None when the allowance runs
+    out (the caller walks from `start` on its own allowance, as without the cache).
+    Always counted from `start`, never from another cached count, so that the answer
+    does not depend on what was cached. Cached: the agenda's windows start in the
+    same period for days or weeks."""
+    meter = _Meter(END_WORK)
+    meter.charge(_first_period_cost(r))
+    counted = 0
+    try:
+        metered = rrule(dtstart=start, interval=_MeteredInterval(r.interval, meter,
+                                                                 _step_weight(r)),
+                        cache=False, **_rrule_arguments(r))
+        for wall in metered:
+            meter.charge(_PER_CANDIDATE)
+            if wall >= anchor:
+                break
+            counted += 1
+    except _Exhausted:
+        return None
+    except (ValueError, OverflowError):
+        pass  # year 9999: the series ends there, whatever COUNT says
+    except (TypeError, IndexError, KeyError):
+        return None
+    return counted
 
 
 @lru_cache(maxsize=4096)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from db import connected
 from db import sync as store
 from db.database import Database, Tx
+from kalends import agenda
 from kalends.connected import engine
 from kalends.service import jobs
 
@@ -80,6 +81,7 @@ async def _reconcile(tx: Tx, scope: Scope, key: str) -> None:
             return
     await store.lock_profiles(tx, event_ids)
     await store.reconcile(tx, event_ids, user_id)
+    await agenda.settle_recurrence_ends(tx, source_event_ids=event_ids)
     # Connected calendars the change reaches get their copies brought in line
     # by the account's own job (it talks to the provider, outside this lock).
     accounts = await connected.targets_of_events(tx, event_ids)

@@ -802,3 +802,187 @@ def test_the_agenda_does_not_read_the_past(live_server: Any) -> None:
                                   start.date() + timedelta(days=7)))
     # The three current items, not the 730 past ones.
     assert _rows_read(explained.plan[0]["Plan"], "calendar_events") <= 3
+
+
+# ---------------------------------------------------------------------------
+# Recurring rows are read by where their series ends (migration 0017)
+
+
+def _stored_end(live_server: Any, event_id: str) -> datetime | str | None:
+    infinite, end = live_server.call(live_server.db.fetchrow(
+        "SELECT recurrence_end = 'infinity', CASE WHEN recurrence_end <> 'infinity'"
+        " THEN recurrence_end END FROM calendar_events WHERE id = $1", event_id))
+    return "infinity" if infinite else end  # type: ignore[no-any-return]
+
+
+def test_the_agenda_reads_only_recurring_rows_that_reach_the_window(live_server: Any) -> None:
+    from db import agenda as store
+    from kalends import agenda as domain
+
+    user = live_server.create_user()
+    now = datetime.now(UTC).replace(microsecond=0)
+    db = live_server.db
+
+    async def seed() -> str:
+        async with db.pool.acquire() as conn:
+            user_id: str = await conn.fetchval(
+                "SELECT user_id FROM calendars WHERE id = $1", user.calendar_id)
+            # 600 series over long ago, as subscription copies are written (no end
+            # stored): weekly, timed and all-day, by UNTIL or COUNT.
+            await conn.execute(
+                """
+                INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
+                    start_timezone, end_timezone, is_all_day, start_date, end_date,
+                    recurrence_rule)
+                SELECT 'cev_' || md5(random()::text || g), $1, 'Over',
+                       $2::timestamptz - interval '3 years' + g * interval '1 hour',
+                       $2::timestamptz - interval '3 years' + g * interval '1 hour'
+                           + interval '1 hour', 'Europe/Paris', 'Europe/Paris', g % 3 = 0,
+                       CASE WHEN g % 3 = 0 THEN ($2::timestamptz - interval '3 years')::date END,
+                       CASE WHEN g % 3 = 0
+                            THEN ($2::timestamptz - interval '3 years')::date + 2 END,
+                       CASE WHEN g % 2 = 0 THEN 'FREQ=WEEKLY;COUNT=' || (10 + g % 40)
+                            ELSE 'FREQ=WEEKLY;UNTIL='
+                                 || to_char($2::timestamptz - interval '2 years', 'YYYYMMDD')
+                       END
+                FROM generate_series(1, 600) g
+                """, user.calendar_id, now)
+            # Three that reach the window: open-ended, COUNT still running, UNTIL ahead.
+            await conn.execute(
+                """
+                INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
+                    start_timezone, end_timezone, recurrence_rule)
+                SELECT 'cev_' || md5(random()::text || rule), $1, 'Current',
+                       $2::timestamptz - interval '2 years',
+                       $2::timestamptz - interval '2 years' + interval '1 hour', 'UTC', 'UTC',
+                       rule
+                FROM unnest(ARRAY['FREQ=DAILY', 'FREQ=DAILY;COUNT=1000',
+                                  'FREQ=WEEKLY;UNTIL=' || to_char($2::timestamptz
+                                      + interval '1 year', 'YYYYMMDD"T"HH24MISS"Z"')]) rule
+                """, user.calendar_id, now)
+            await conn.execute("ANALYZE calendar_events")
+            return user_id
+
+    user_id = live_server.call(seed())
+    start = now - timedelta(minutes=1)
+
+    def rows_read() -> int:
+        explained = _Explained(db)
+        live_server.call(store.events(explained, user_id, [user.calendar_id], start,
+                                      start + timedelta(days=31), start.date(),
+                                      start.date() + timedelta(days=31)))
+        return _rows_read(explained.plan[0]["Plan"], "calendar_events")
+
+    # Ends not known yet: every series is read, as if none had ended.
+    assert rows_read() >= 603
+    # (Other tests' rows, in the same database, are settled too.)
+    assert live_server.call(domain.settle_recurrence_ends(db, batch=100)) >= 603
+    assert live_server.call(db.fetchval(
+        "SELECT count(*) FROM calendar_events WHERE calendar_id = $1"
+        " AND recurrence_end IS NULL", user.calendar_id)) == 0
+    # The three current series, not the 600 over.
+    assert rows_read() <= 3
+    found = live_server.call(store.events(db, user_id, [user.calendar_id], start,
+                                          start + timedelta(days=31), start.date(),
+                                          start.date() + timedelta(days=31)))
+    assert sorted(r["recurrence_rule"][:17] for r in found) == \
+        ["FREQ=DAILY", "FREQ=DAILY;COUNT=", "FREQ=WEEKLY;UNTIL"]
+
+
+async def test_a_personal_series_stores_where_it_ends(api: Any, user: Any,
+                                                     live_server: Any) -> None:
+    day = soon(2, PARIS)
+    paris = ZoneInfo(PARIS)
+    counted = await cal_event(api, user, title="Three", recurrence_rule="FREQ=DAILY;COUNT=3",
+                              **timed(day, "09:00", "10:30", zone=PARIS))
+    last_end = datetime.combine(day + timedelta(days=2), datetime.min.time().replace(hour=10,
+                                minute=30), paris)
+    assert _stored_end(live_server, counted["id"]) == last_end
+    until = await cal_event(api, user, title="Until", **timed(day, "09:00", zone=NY),
+                            recurrence_rule=f"FREQ=WEEKLY;UNTIL={(day + timedelta(days=15)):%Y%m%d}")
+    # A point event: its last start, two weeks on (UNTIL's date is a whole local day).
+    assert _stored_end(live_server, until["id"]) == datetime.combine(
+        day + timedelta(days=14), datetime.min.time().replace(hour=9), ZoneInfo(NY))
+    days = await cal_event(api, user, title="Days", recurrence_rule="FREQ=WEEKLY;COUNT=2",
+                           **all_day(day, day + timedelta(days=2), zone=TOKYO))
+    # Floating dates: the UTC midnight of the last occurrence's end date.
+    assert _stored_end(live_server, days["id"]) == datetime.combine(
+        day + timedelta(days=9), datetime.min.time(), UTC)
+    endless = await cal_event(api, user, title="Endless", recurrence_rule="FREQ=WEEKLY",
+                              **timed(day, "09:00", "10:00", zone=PARIS))
+    assert _stored_end(live_server, endless["id"]) == "infinity"
+    once = await cal_event(api, user, title="Once", **timed(day, "09:00", "10:00"))
+    assert _stored_end(live_server, once["id"]) is None
+
+    # Changed times or rule: the end follows.
+    path = f"/v1/calendars/{user.calendar_id}/events/{counted['id']}"
+    status, body, _ = await api.patch(path, user, json={"recurrence_rule": "FREQ=DAILY"})
+    assert status == 200, body
+    assert _stored_end(live_server, counted["id"]) == "infinity"
+    status, body, _ = await api.patch(path, user, json={"recurrence_rule": "FREQ=DAILY;COUNT=2",
+                                                        "start_time": f"{day}T11:00",
+                                                        "start_timezone": PARIS,
+                                                        "end_time": f"{day}T12:30",
+                                                        "end_timezone": PARIS})
+    assert status == 200, body
+    assert _stored_end(live_server, counted["id"]) == datetime.combine(
+        day + timedelta(days=1), datetime.min.time().replace(hour=12, minute=30), paris)
+    status, body, _ = await api.patch(path, user, json={"recurrence_rule": None})
+    assert status == 200, body
+    assert _stored_end(live_server, counted["id"]) is None
+    status, body, _ = await api.patch(f"/v1/calendars/{user.calendar_id}/events/{until['id']}",
+                                      user, json={"title": "Renamed"})
+    assert status == 200, body
+    assert _stored_end(live_server, until["id"]) == datetime.combine(
+        day + timedelta(days=14), datetime.min.time().replace(hour=9), ZoneInfo(NY))
+
+    # The agenda still shows what it did: the last day of a series, and nothing after.
+    body = await agenda(api, user, date=day + timedelta(days=14), days=1, timezone=NY)
+    assert sorted(titles(body)) == ["Endless", "Renamed"]
+    body = await agenda(api, user, date=day + timedelta(days=15), days=7, timezone=NY)
+    assert titles(body) == ["Endless"]
+
+
+async def test_a_subscription_copy_stores_where_its_series_ends(
+    api: Any, make_user: Any, live_server: Any
+) -> None:
+    import asyncio
+
+    from conftest import new_event
+
+    owner = await make_user()
+    profile = await new_profile(api, owner)
+    source = await new_event(api, owner, profile, title="Course", start_time="2031-05-06T10:00",
+                             end_time="2031-05-06T11:00", start_timezone=PARIS,
+                             end_timezone=PARIS,
+                             recurrence_rule="FREQ=WEEKLY;COUNT=4")
+    fan = await make_user()
+    status, body, _ = await api.post("/v1/subscriptions", fan, json={
+        "subscription_type": "profile", "profile_id": profile["id"]})
+    assert status == 201, body
+
+    async def stored() -> Any:
+        return await asyncio.to_thread(live_server.call, live_server.db.fetchrow(
+            "SELECT id, recurrence_rule, recurrence_end = 'infinity' AS never, recurrence_end"
+            " FROM calendar_events WHERE source_event_id = $1", source["id"]))
+
+    async def until(check: Any) -> Any:
+        for _ in range(300):
+            row = await stored()
+            if row is not None and check(row):
+                return row
+            await asyncio.sleep(0.05)
+        pytest.fail(f"the copy did not settle: {row}")
+
+    # Written by the sync job's set-based statement, settled in the same transaction.
+    row = await until(lambda r: r["recurrence_end"] is not None)
+    assert row["recurrence_end"] == datetime(2031, 5, 27, 9, 0, tzinfo=UTC)
+    status, body, _ = await api.patch(f"/v1/events/{source['id']}", owner,
+                                      json={"recurrence_rule": "FREQ=WEEKLY"})
+    assert status == 200, body
+    row = await until(lambda r: r["recurrence_rule"] == "FREQ=WEEKLY" and r["never"])
+    # A write that changes the rule but not the end leaves it unknown, never stale.
+    await asyncio.to_thread(live_server.call, live_server.db.execute(
+        "UPDATE calendar_events SET recurrence_rule = 'FREQ=WEEKLY;COUNT=2' WHERE id = $1",
+        row["id"]))
+    assert (await stored())["recurrence_end"] is None

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -32,11 +33,24 @@ class Found:
     end: datetime | None
     start_date: date | None
     end_date: date | None
-    occurrence_id: str
     calendar_id: str
     event_id: str
     component: Component
     recurring: bool
+    original: datetime | None  # a timed occurrence's original start (the ID's stamp)
+
+    @property
+    def occurrence_id(self) -> str:
+        # Made when asked: the agenda asks only for the occurrences it may keep, a
+        # few hundred of the thousands a month of weekly masters holds.
+        if self.start_date is not None:
+            day = self.start_date
+            stamp = day.strftime("%Y%m%d") if day.year >= 1000 else \
+                day.isoformat().replace("-", "")
+        else:
+            assert self.original is not None
+            stamp = times.compact_utc(self.original)
+        return f"{self.event_id}:{stamp}"
 
 
 @dataclass(frozen=True)
@@ -97,7 +111,8 @@ def _group(group: list[Mapping[str, Any]], w: Bounds, limit: int
         replaced = {r["recurrence_key"] for r in overrides}
         replaced |= {components.slot_key(m, c.zone) for m in c.exdates}
         recurring = c.rrule is not None or bool(c.rdates)
-        slots, reason = _slots(c, w, limit)
+        # Slot keys only matter when something replaces a slot.
+        slots, reason = _slots(c, w, limit, keyed=bool(replaced))
         for start, end, days, key in slots:
             if key in replaced:
                 continue
@@ -121,13 +136,9 @@ _Slot = tuple[datetime, datetime | None, tuple[date, date] | None, str]
 
 def _found(row: Mapping[str, Any], c: Component, start: datetime, end: datetime | None,
            days: tuple[date, date] | None, recurring: bool, event_id: str) -> Found:
-    if days is not None:
-        stamp = days[0].strftime("%Y%m%d") if days[0].year >= 1000 else \
-            days[0].isoformat().replace("-", "")
-    else:
-        stamp = times.compact_utc(_original(c, start))
     return Found(start, end, days[0] if days else None, days[1] if days else None,
-                 f"{event_id}:{stamp}", row["calendar_id"], event_id, c, recurring)
+                 row["calendar_id"], event_id, c, recurring,
+                 None if days is not None else _original(c, start))
 
 
 def _original(c: Component, start: datetime) -> datetime:
@@ -167,15 +178,18 @@ def _zone(c: Component, w: Bounds) -> ZoneInfo:
     return components.zone_of(c.zone) or w.tz  # floating: the agenda's clock
 
 
-def _slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reason | None]:
+def _slots(c: Component, w: Bounds, limit: int, *, keyed: bool
+           ) -> tuple[list[_Slot], Reason | None]:
+    """The master's slots in the window; with `keyed`, each with its slot key (else "")."""
     if c.rrule is None and not c.rdates:
         return list(_single(c, w)), None
     if not isinstance(c.start, datetime):
         return _all_day_slots(c, w, limit)
-    return _timed_slots(c, w, limit)
+    return _timed_slots(c, w, limit, keyed)
 
 
-def _timed_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reason | None]:
+def _timed_slots(c: Component, w: Bounds, limit: int, keyed: bool
+                 ) -> tuple[list[_Slot], Reason | None]:
     assert isinstance(c.start, datetime)
     tz = _zone(c, w)
     floating = components.is_floating(c.start, c.zone)
@@ -184,7 +198,9 @@ def _timed_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reas
     length = None
     if c.end is not None:
         length = max(components.instant(c.end, c.end_zone or c.zone, tz) - first, timedelta())
-    walls: list[datetime] = []
+    # Wall times and their instants, in order, without repeats; the expansion's
+    # instants are the ones placed here (the same fold=0 rule), not placed again.
+    starts: dict[datetime, datetime] = {}
     reason: Reason | None = None
     if c.rrule is not None:
         expansion = recurrence.occurrences(
@@ -192,23 +208,26 @@ def _timed_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reas
         # DTSTART is the first instance even where the rule would not select it
         # (contract §12, as recurring-ical-events reads it: unless UNTIL is before
         # it); the rule's own instances, COUNT included, follow as dateutil gives them.
-        walls = [o.original_local for o in expansion.items]
         if not recurrence.ends_before_start(_rule(c.rrule), wall, tz):
-            walls.insert(0, wall)
+            starts[wall] = first
+        for o in expansion.items:
+            starts.setdefault(o.original_local, o.start)
         reason = expansion.incomplete_reason
     else:
-        walls = [wall]
+        starts[wall] = first
     for m in c.rdates:
         if isinstance(m, datetime):
-            walls.append(m.astimezone(tz).replace(tzinfo=None) if m.tzinfo else m)
+            local = m.astimezone(tz).replace(tzinfo=None) if m.tzinfo else m
+            if local not in starts:
+                starts[local] = components.wall_instant(local, tz)
     slots: list[_Slot] = []
-    for local in dict.fromkeys(walls):
-        start = components.wall_instant(local, tz)
+    for local, start in starts.items():
         end = None if length is None else start + length
         if not _meets(start, end if length else None, w):
             continue
-        key = (times.compact_utc(local.replace(tzinfo=UTC)).removesuffix("Z") if floating
-               else times.compact_utc(start))
+        key = "" if not keyed else (
+            times.compact_utc(local.replace(tzinfo=UTC)).removesuffix("Z") if floating
+            else times.compact_utc(start))
         slots.append((start, end, None, key))
     return slots, reason
 
@@ -246,7 +265,9 @@ def _day(m: Moment) -> date:
     return m.date() if isinstance(m, datetime) else m
 
 
+@lru_cache(maxsize=4096)
 def _rule(rule: str) -> str:
     # Providers write WKST, UNTIL and friends in any order, sometimes with a
-    # trailing separator; the expander reads the same parts.
+    # trailing separator; the expander reads the same parts. Cached: the agenda
+    # reads the same stored masters on every request.
     return ";".join(p for p in rule.strip().removeprefix("RRULE:").split(";") if p)

@@ -20,7 +20,7 @@ from graph import ide
 from graph import ws as graph_ws
 from graph.context import Services
 from graph.schema import schema
-from kalends import instance_secrets, registry
+from kalends import agenda, instance_secrets, registry
 from kalends.connected.engine import connected_jobs, open_vault
 from kalends.errors import ApiError
 from kalends.pagination import Cursors
@@ -75,6 +75,13 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
         if run_jobs if run_jobs is not None else settings.jobs_in_process:
             # A pool of its own: jobs never take the connections requests need.
             jobs_db = await Database.connect(dsn, min_size=1, max_size=4)
+            # Recurring rows whose series' end is not stored yet (written before
+            # migration 0017, or in bulk) are read by every agenda until it is:
+            # soon after start, then hourly; background work, so on the jobs' pool.
+            # Safe in several processes (db/calendar_events.py: settle).
+            settler = asyncio.create_task(housekeeping.every(
+                3600, "store recurring series' ends",
+                lambda: agenda.settle_recurrence_ends(jobs_db), first=1))
             async with connected_jobs(jobs_db, settings) as handlers:
                 worker = jobs.Worker(jobs_db, dsn, all_handlers(settings, handlers),
                                      settings.job_heartbeat)
@@ -82,6 +89,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
                 yield
                 worker.stop()
                 await jobs.finish(task)
+            settler.cancel()
             await jobs_db.close()
         else:
             yield

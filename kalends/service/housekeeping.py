@@ -10,11 +10,15 @@ from typing import Any
 log = logging.getLogger("kalends.housekeeping")
 
 
-async def every(seconds: float, what: str, task: Callable[[], Awaitable[Any]]) -> None:
-    """Run `task` every `seconds` until cancelled. A round that fails (the
-    database away, say) is logged; the next one tries again."""
+async def every(seconds: float, what: str, task: Callable[[], Awaitable[Any]], *,
+                first: float | None = None) -> None:
+    """Run `task` every `seconds` (the first time after `first`, by default
+    `seconds`) until cancelled. A round that fails (the database away, say) is
+    logged; the next one tries again."""
+    wait = seconds if first is None else first
     while True:
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(wait)
+        wait = seconds
         try:
             await task()
         except Exception:
