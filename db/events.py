@@ -75,22 +75,30 @@ async def insert(tx: Database | Tx, event_id: str, profile_id: str, values: dict
     await rows.insert(tx, "events", WRITABLE, {"id": event_id, "profile_id": profile_id}, values)
 
 
-async def lock_derived_slugs(tx: Tx, profile_id: str) -> None:
-    """Until the transaction ends, no other create derives a slug in this profile:
-    concurrent creates of one title and day then take -2, -3, ... in turn
-    instead of racing for the same suffix."""
+async def lock_derived_slugs(tx: Tx, profile_id: str, base: str) -> None:
+    """Until the transaction ends, no other create derives a slug from `base` in
+    this profile: concurrent creates of one title and day then take -2, -3, ...
+    in turn instead of racing for the same suffix. Other bases cannot produce
+    the same slugs (each ends in its date), so they do not wait."""
     await tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended('kalends:event-slugs:' || $1, 0))",
-        profile_id,
+        "SELECT pg_advisory_xact_lock(hashtextextended("
+        "'kalends:event-slugs:' || $1 || ':' || lower($2), 0))",
+        profile_id, base,
     )
 
 
 async def slugs_with_prefix(db: Database | Tx, profile_id: str, prefix: str) -> set[str]:
+    """The profile's slugs equal to `prefix` or starting with `prefix-`, lowered.
+    Slugs hold only letters, digits, `_` and `-`, and `.` follows `-` in byte
+    order, so [prefix, prefix || '.') is an index range (events_profile_slug_prefix)
+    holding exactly these and nothing else a slug can spell."""
     rows = await db.fetch(
         """
         SELECT lower(slug::text) AS slug FROM events
         WHERE profile_id = $1
-          AND (slug = $2 OR starts_with(lower(slug::text), lower($2) || '-'))
+          AND lower(slug::text) ~>=~ lower($2)
+          AND lower(slug::text) ~<~ (lower($2) || '.')
+          AND (lower(slug::text) = lower($2) OR starts_with(lower(slug::text), lower($2) || '-'))
         """,
         profile_id, prefix,
     )

@@ -198,15 +198,16 @@ async def create(
         except asyncpg.UniqueViolationError:
             raise _slug_taken(fields["slug"]) from None
         return event_id
-    # A derived slug takes the first free suffix: -2, -3, ... Derivations in one
-    # profile run one at a time (an advisory lock), so concurrent creates of one
-    # title and day do not race for a suffix; an explicit slug or a PATCH, which
+    # A derived slug takes the first free suffix: -2, -3, ... Derivations of one
+    # base in a profile run one at a time (an advisory lock on profile and base),
+    # so concurrent creates of one title and day do not race for a suffix while
+    # other titles and days go on in parallel; an explicit slug or a PATCH, which
     # take no lock, may still take the one chosen first: then look again.
     base = slugify(fields["title"], times.of_row(values))
     for _ in range(5):
         try:
             async with db.transaction() as tx:
-                await store.lock_derived_slugs(tx, profile["id"])
+                await store.lock_derived_slugs(tx, profile["id"], base)
                 taken = await store.slugs_with_prefix(tx, profile["id"], base)
                 slug, n = base, 1
                 while slug.lower() in taken:
