@@ -58,6 +58,12 @@ async def update(tx: Tx, endpoint_id: str, values: dict[str, Any], *, resume: bo
             """,
             endpoint_id,
         )
+        # Lanes in flight finish on their own; every other is due now.
+        await tx.execute(
+            "UPDATE webhook_lanes SET due_at = now() WHERE endpoint_id = $1"
+            " AND lease_token IS NULL",
+            endpoint_id,
+        )
 
 
 async def delete(db: Database | Tx, endpoint_id: str) -> None:
@@ -96,18 +102,42 @@ async def subscribed(tx: Tx, profile_id: str, event_type: str) -> list[asyncpg.R
     )
 
 
+_LANE_LOCK = "hashtextextended('kalends:webhook-lane:' || {e} || ' ' || {r}, 0)"
+"""The advisory lock naming one lane (an endpoint and a resource; webhook_finish in
+migration 0019 names it alike): writers hold it shared while they queue into the
+lane, a sender exclusively to drop it emptied."""
+
+
 async def add_message(tx: Tx, message_id: str, profile_id: str, event_type: str, body: str,
-                      endpoint_ids: Sequence[str]) -> None:
+                      resource_id: str, endpoint_ids: Sequence[str]) -> None:
+    """Queue the message for each endpoint, in the lane of `resource_id` (the
+    event it is about), which is made if it has none."""
+    endpoints = list(endpoint_ids)
+    # Shared: writers never wait for each other; held to the commit, so a sender
+    # cannot drop a lane this transaction counts on (`finish`).
+    await tx.execute(
+        f"SELECT pg_advisory_xact_lock_shared({_LANE_LOCK.format(e='e', r='$2')})"
+        " FROM unnest($1::text[]) AS e",
+        endpoints, resource_id,
+    )
+    await tx.execute(
+        """
+        INSERT INTO webhook_lanes (endpoint_id, resource_id)
+        SELECT e, $2 FROM unnest($1::text[]) AS e
+        ON CONFLICT DO NOTHING
+        """,
+        endpoints, resource_id,
+    )
     await tx.execute(
         "INSERT INTO webhook_messages (id, profile_id, type, body) VALUES ($1, $2, $3, $4)",
         message_id, profile_id, event_type, body,
     )
     await tx.execute(
         """
-        INSERT INTO webhook_deliveries (endpoint_id, message_id)
-        SELECT e, $2 FROM unnest($1::text[]) AS e
+        INSERT INTO webhook_deliveries (endpoint_id, message_id, resource_id)
+        SELECT e, $2, $3 FROM unnest($1::text[]) AS e
         """,
-        list(endpoint_ids), message_id,
+        endpoints, message_id, resource_id,
     )
 
 
@@ -121,108 +151,153 @@ _ENDPOINT = """
 """
 
 
-async def claim(db: Database, endpoint_id: str, token: str, lease: timedelta
-                ) -> asyncpg.Record | None:
-    """Take the endpoint's delivery lease, under `token`, if it is active and no
-    one else holds it; returns what delivering needs, or None."""
-    return await db.fetchrow(
+async def claim(db: Database, endpoint_id: str, token: str, lease: timedelta, *,
+                bound: int, most: int) -> tuple[asyncpg.Record | None, list[str]]:
+    """Lease up to `most` of the endpoint's due lanes to `token`, the oldest due
+    first, keeping no more than `bound` leased at once across every process
+    (webhook_claim, migration 0019). Returns what sending needs (None if the
+    endpoint is inactive or gone) and the resources of the lanes leased."""
+    row = await db.fetchrow(
         f"""
-        UPDATE webhook_endpoints SET lease_until = now() + $3, lease_token = $2
-        WHERE id = $1 AND is_active AND (lease_until IS NULL OR lease_until < now())
-        RETURNING {_ENDPOINT}
+        SELECT {_ENDPOINT}, ARRAY(SELECT webhook_claim($1, $2, $3, $4, $5)) AS lanes
+        FROM webhook_endpoints WHERE id = $1 AND is_active
         """,
-        endpoint_id, token, lease,
+        endpoint_id, token, lease, bound, most,
+    )
+    return row, list(row["lanes"]) if row is not None else []
+
+
+async def head(db: Database, endpoint_id: str, resource_id: str) -> asyncpg.Record | None:
+    """The oldest message of the lane still to deliver."""
+    return await db.fetchrow(
+        """
+        SELECT d.seq, d.message_id, d.attempts, m.body
+        FROM webhook_deliveries d JOIN webhook_messages m ON m.id = d.message_id
+        WHERE d.endpoint_id = $1 AND d.resource_id = $2 AND d.state = 'pending'
+        ORDER BY d.seq LIMIT 1
+        """,
+        endpoint_id, resource_id,
     )
 
 
-async def attempted(db: Database, endpoint_id: str, token: str, lease: timedelta, seq: int,
-                    error: str | None, wait: timedelta | None) -> asyncpg.Record | None:
-    """Record an attempt (delivered when `error` is None, else due again after
-    `wait`) and renew the lease, in one statement. Returns the endpoint afresh
-    (a rotation changes its secrets), or None if it was disabled or deleted, or
-    the lease is no longer this run's."""
+async def attempted(db: Database, endpoint_id: str, resource_id: str, token: str,
+                    lease: timedelta, seq: int, error: str | None, wait: timedelta | None
+                    ) -> asyncpg.Record | None:
+    """Record an attempt, in one statement: delivered when `error` is None (the
+    lane's lease is renewed for its next message), else due again after `wait`
+    (the lane is let go until then). Returns the endpoint afresh (a rotation
+    changes its secrets) if it is active and the lane was still this run's, with
+    the lane's next message as `next_seq`, `next_message_id`, `next_attempts`,
+    `next_body` (NULL if none is visible yet: `finish` looks once more)."""
     return await db.fetchrow(
         f"""
         WITH attempt AS (
             UPDATE webhook_deliveries
-            SET attempts = attempts + 1, last_error = $5::text,
-                state = CASE WHEN $5::text IS NULL THEN 'delivered' ELSE state END,
-                delivered_at = CASE WHEN $5::text IS NULL THEN now() END,
-                next_attempt_at = coalesce(now() + $6::interval, next_attempt_at)
-            WHERE endpoint_id = $1 AND seq = $4
+            SET attempts = attempts + 1, last_error = $6::text,
+                state = CASE WHEN $6::text IS NULL THEN 'delivered' ELSE state END,
+                delivered_at = CASE WHEN $6::text IS NULL THEN now() END,
+                next_attempt_at = coalesce(now() + $7::interval, next_attempt_at)
+            WHERE endpoint_id = $1 AND seq = $5
+        ), lane AS (
+            UPDATE webhook_lanes
+            SET due_at = now() + coalesce($7::interval, $4::interval),
+                lease_token = CASE WHEN $6::text IS NULL THEN lease_token END
+            WHERE endpoint_id = $1 AND resource_id = $2 AND lease_token = $3
+            RETURNING 1
         )
-        UPDATE webhook_endpoints SET lease_until = now() + $3
-        WHERE id = $1 AND is_active AND lease_token = $2
-        RETURNING {_ENDPOINT}
+        SELECT {_ENDPOINT}, n.seq AS next_seq, n.message_id AS next_message_id,
+               n.attempts AS next_attempts, n.body AS next_body
+        FROM webhook_endpoints
+        LEFT JOIN LATERAL (
+            -- This statement does not see its own update: the next is after $5.
+            SELECT d.seq, d.message_id, d.attempts, m.body
+            FROM webhook_deliveries d JOIN webhook_messages m ON m.id = d.message_id
+            WHERE $6::text IS NULL AND d.endpoint_id = $1 AND d.resource_id = $2
+              AND d.state = 'pending' AND d.seq > $5
+            ORDER BY d.seq LIMIT 1
+        ) n ON true
+        WHERE id = $1 AND is_active AND EXISTS (SELECT FROM lane)
         """,
-        endpoint_id, token, lease, seq, error, wait,
+        endpoint_id, resource_id, token, lease, seq, error, wait,
     )
 
 
-async def disable(db: Database, endpoint_id: str, seq: int, error: str, reason: str) -> None:
-    """Record the attempt that failed, and stop delivering; the queue is kept for
-    when an administrator enables the endpoint again."""
+async def disable(db: Database, endpoint_id: str, resource_id: str, token: str, seq: int,
+                  error: str, reason: str) -> None:
+    """Record the attempt that failed, let go of its lane, and stop delivering;
+    the queues are kept for when an administrator enables the endpoint again."""
     await db.execute(
         """
         WITH attempt AS (
-            UPDATE webhook_deliveries SET attempts = attempts + 1, last_error = $3
-            WHERE endpoint_id = $1 AND seq = $2
+            UPDATE webhook_deliveries SET attempts = attempts + 1, last_error = $5
+            WHERE endpoint_id = $1 AND seq = $4
+        ), lane AS (
+            UPDATE webhook_lanes SET lease_token = NULL, due_at = now()
+            WHERE endpoint_id = $1 AND resource_id = $2 AND lease_token = $3
         )
         UPDATE webhook_endpoints
-        SET is_active = false, disabled_reason = $4, lease_until = NULL, updated_at = now()
+        SET is_active = false, disabled_reason = $6, updated_at = now()
         WHERE id = $1
         """,
-        endpoint_id, seq, error, reason,
+        endpoint_id, resource_id, token, seq, error, reason,
     )
 
 
-async def release(db: Database, endpoint_id: str, token: str) -> bool:
-    """Let go of this run's lease. True if the endpoint is active and the head of
-    its queue is due: a message queued meanwhile, whose own job saw the lease
-    held and left it to this run (claim again). A job that finds the lease taken
-    either ran before this statement, and this sees its message, or waited on
-    this row and then takes the lease itself."""
-    return bool(await db.fetchval(
+async def release(db: Database, endpoint_id: str, resource_id: str, token: str) -> bool:
+    """Let go of this run's lease on the lane, due at once (so enabling the
+    endpoint again resumes it); False if the lease was no longer this run's."""
+    return await db.fetchval(
         """
-        WITH released AS (
-            UPDATE webhook_endpoints SET lease_until = NULL
-            WHERE id = $1 AND lease_token = $2
-            RETURNING is_active
-        )
-        SELECT (SELECT is_active FROM released)
-           AND (SELECT d.next_attempt_at <= now() FROM webhook_deliveries d
-                WHERE d.endpoint_id = $1 AND d.state = 'pending'
-                ORDER BY d.seq LIMIT 1)
+        UPDATE webhook_lanes SET lease_token = NULL, due_at = now()
+        WHERE endpoint_id = $1 AND resource_id = $2 AND lease_token = $3
+        RETURNING true
         """,
-        endpoint_id, token,
-    ))
+        endpoint_id, resource_id, token,
+    ) is not None
 
 
-async def lease_left(db: Database, endpoint_id: str) -> timedelta | None:
-    """How long another run's lease still holds; None if the endpoint is inactive,
-    gone, or free."""
+_RETRY_DROP = timedelta(seconds=1)
+"""How soon a lane is looked at again when a writer was adding to it as it emptied."""
+
+
+async def finish(db: Database, endpoint_id: str, resource_id: str, token: str,
+                 lease: timedelta) -> asyncpg.Record | None:
+    """The lane has no message left that this run saw: drop it, unless one came
+    meanwhile, and lease the endpoint's next due lane in its place (webhook_finish,
+    migration 0019). Returns the lane to go on with: `resource_id`, the endpoint
+    afresh, and the lane's head as `seq`, `message_id`, `attempts`, `body` (NULL
+    when this statement began too early to see it: finish again); or None if
+    nothing is due, or this lane is no longer this run's."""
+    return await db.fetchrow(
+        f"""
+        SELECT f.resource_id, {_ENDPOINT}, h.seq, h.message_id, h.attempts, h.body
+        FROM webhook_finish($1, $2, $3, $4, $5) AS f(resource_id)
+        JOIN webhook_endpoints ON id = $1 AND is_active
+        LEFT JOIN LATERAL (
+            SELECT d.seq, d.message_id, d.attempts, m.body
+            FROM webhook_deliveries d JOIN webhook_messages m ON m.id = d.message_id
+            WHERE d.endpoint_id = $1 AND d.resource_id = f.resource_id
+              AND d.state = 'pending'
+            ORDER BY d.seq LIMIT 1
+        ) h ON true
+        WHERE f.resource_id IS NOT NULL
+        """,
+        endpoint_id, resource_id, token, lease, _RETRY_DROP,
+    )
+
+
+async def next_due(db: Database, endpoint_id: str) -> timedelta | None:
+    """How long until the endpoint's next lane comes due (a retry, or the end of a
+    lease whose sender may have died); None if it is inactive or none waits."""
     left: timedelta | None = await db.fetchval(
         """
-        SELECT greatest(lease_until - now(), interval '0') FROM webhook_endpoints
-        WHERE id = $1 AND is_active AND lease_until > now()
+        SELECT min(l.due_at) - now() FROM webhook_lanes l
+        JOIN webhook_endpoints w ON w.id = l.endpoint_id AND w.is_active
+        WHERE l.endpoint_id = $1 AND l.due_at > now()
         """,
         endpoint_id,
     )
     return left
-
-
-async def head(db: Database, endpoint_id: str) -> asyncpg.Record | None:
-    """The oldest message still to deliver to the endpoint."""
-    return await db.fetchrow(
-        """
-        SELECT d.seq, d.message_id, d.attempts, m.body,
-               greatest(d.next_attempt_at - now(), interval '0') AS wait
-        FROM webhook_deliveries d JOIN webhook_messages m ON m.id = d.message_id
-        WHERE d.endpoint_id = $1 AND d.state = 'pending'
-        ORDER BY d.seq LIMIT 1
-        """,
-        endpoint_id,
-    )
 
 
 async def schedule_wake(tx: Tx, endpoint_id: str, wait: timedelta) -> bool:

@@ -10,6 +10,7 @@ a second in place of Standard Webhooks' hours.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -49,16 +50,24 @@ class Delivery:
 @dataclass
 class Receiver:
     """Answers 200, unless `script` says otherwise for the next requests: a status,
-    a (status, headers) pair, ("sleep", seconds) or ("hang", None)."""
+    a (status, headers) pair, ("sleep", seconds) or ("hang", None). `rules` script
+    the requests whose body holds a given text (`"title":"..."`), before `script`."""
 
     url: str = ""
     got: list[Delivery] = field(default_factory=list)
     script: list[Any] = field(default_factory=list)
+    rules: dict[str, list[Any]] = field(default_factory=dict)
     hanging: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def _next_step(self, body: str) -> Any:
+        for text, steps in self.rules.items():
+            if text in body and steps:
+                return steps.pop(0)
+        return self.script.pop(0) if self.script else 200
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = (await request.read()).decode()
-        step = self.script.pop(0) if self.script else 200
+        step = self._next_step(body)
         status, headers = (step if isinstance(step, tuple) and isinstance(step[0], int)
                            else (step, {}))
         if step == ("hang", None):
@@ -230,21 +239,30 @@ async def test_an_endpoint_gets_only_its_types_and_its_profiles_changes(
     assert _verified(endpoint["secret"], only)["type"] == "rsvp.created"
 
 
-async def test_a_failing_receiver_gets_every_message_in_order_once_it_recovers(
+def _title(text: str) -> str:
+    """What a message about an event titled `text` holds (orjson writes no spaces)."""
+    return f'"title":"{text}"'
+
+
+async def test_one_events_messages_arrive_in_order_when_one_is_retried(
     hapi: Api, hooks: LiveServer, receiver: Receiver,
 ) -> None:
-    # 500, a timeout, 503 asking for 2 s, then all well.
-    receiver.script = [500, ("sleep", TIMEOUT + 1), (503, {"Retry-After": "2"})]
+    # The event's first message meets 500, a timeout, 503 asking for 2 s, then all well.
+    receiver.rules = {_title("Draft 0"): [500, ("sleep", TIMEOUT + 1),
+                                          (503, {"Retry-After": "2"})]}
     owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/flaky")
-    titles = [f"Talk {i}" for i in range(4)]
-    for title in titles:
-        await new_event(hapi, owner, profile, title=title)
+    titles = [f"Draft {i}" for i in range(4)]
+    event = await new_event(hapi, owner, profile, title=titles[0])
+    for title in titles[1:]:
+        status, _, _ = await hapi.patch(f"/v1/events/{event['id']}", owner,
+                                        json={"title": title})
+        assert status == 200
 
     got = await receiver.wait_ok(4)
     payloads = [_verified(endpoint["secret"], d) for d in got]
     assert [p["data"]["title"] for p in payloads] == titles
-    # The first message took four attempts, all with one webhook-id; the rest
-    # waited behind it and went once each.
+    # The first message took four attempts, all with one webhook-id; the event's
+    # later ones waited behind it and went once each.
     first_id = got[0].headers["webhook-id"]
     ids = [d.headers["webhook-id"] for d in receiver.got]
     assert ids[:4] == [first_id] * 4
@@ -257,6 +275,45 @@ async def test_a_failing_receiver_gets_every_message_in_order_once_it_recovers(
         row = await conn.fetchrow(
             "SELECT attempts, state FROM webhook_deliveries WHERE message_id = $1", first_id)
     assert (row["attempts"], row["state"]) == (4, "delivered")
+
+
+async def test_a_message_waiting_for_its_retry_holds_back_only_its_own_event(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    receiver.rules = {_title("Stuck"): [(503, {"Retry-After": "3"})]}
+    owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/lanes")
+    stuck = await new_event(hapi, owner, profile, title="Stuck")
+    await _wait_until(lambda: len(receiver.got) == 1)
+    # While it waits: a later change of the same event, and another event's changes
+    # (its own, and an RSVP's).
+    status, _, _ = await hapi.patch(f"/v1/events/{stuck['id']}", owner,
+                                    json={"title": "Stuck, then moved"})
+    assert status == 200
+    free = await new_event(hapi, owner, profile, title="Free")
+    status, _, _ = await hapi.patch(f"/v1/events/{free['id']}", owner, json={"title": "Free 2"})
+    assert status == 200
+    status, _, _ = await hapi.post(f"/v1/events/{free['id']}/rsvps", owner,
+                                   json={"status": "going"})
+    assert status == 201
+
+    got = await receiver.wait_ok(5)
+    seen = [(p["type"], p["data"].get("title")) for p in
+            (_verified(endpoint["secret"], d) for d in got)]
+    # The other event's messages, in their order, all before the stuck one's retry...
+    assert seen[:3] == [("event.created", "Free"), ("event.updated", "Free 2"),
+                        ("rsvp.created", None)]
+    # ...which went when the receiver asked, followed by its own event's next.
+    assert seen[3:] == [("event.created", "Stuck"), ("event.updated", "Stuck, then moved")]
+    assert got[3].at - receiver.got[0].at >= 2.9
+    assert got[2].at < receiver.got[0].at + 2.5
+
+
+async def _wait_until(check: Any, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {seconds} s")
+        await asyncio.sleep(0.02)
 
 
 @asynccontextmanager
@@ -448,38 +505,75 @@ def jobless(database_url: str) -> Iterator[tuple[str, LiveServer]]:
 async def test_a_run_that_outlived_its_lease_stops_and_leaves_the_next_one_alone(
     jobless: tuple[str, LiveServer], receiver: Receiver,
 ) -> None:
-    """No worker runs here: the lease is driven by hand, as two runs would."""
+    """No worker runs here: the lanes are leased by hand, as runs in two processes
+    would."""
     from db import webhooks as store
 
     _, live = jobless
     async with aiohttp.ClientSession() as session:
-        _, _, endpoint = await _setup(Api(session, live.url), live, receiver.url + "/lease")
+        api = Api(session, live.url)
+        owner, profile, endpoint = await _setup(api, live, receiver.url + "/lease")
+        event = await new_event(api, owner, profile)
     endpoint_id, lease = endpoint["id"], timedelta(seconds=30)
-    assert live.call(store.claim(live.db, endpoint_id, "first", lease)) is not None
-    assert live.call(store.claim(live.db, endpoint_id, "second", lease)) is None
+
+    def claim(token: str, most: int = 1, bound: int = 4) -> list[str]:
+        found, lanes = live.call(store.claim(live.db, endpoint_id, token, lease,
+                                             bound=bound, most=most))
+        assert found is not None
+        return lanes
+
+    assert claim("first") == [event["id"]]
+    assert claim("second") == []
     async with hooks_conn(live) as conn:
-        await conn.execute("UPDATE webhook_endpoints SET lease_until = now() - interval '1 s'"
-                           " WHERE id = $1", endpoint_id)
-        assert live.call(store.claim(live.db, endpoint_id, "second", lease)) is not None
-        # The first run, back from a long stall, can neither renew nor release.
-        assert live.call(store.attempted(live.db, endpoint_id, "first", lease, 0, None,
-                                         None)) is None
-        assert live.call(store.release(live.db, endpoint_id, "first")) is False
-        held = await conn.fetchrow("SELECT lease_token, lease_until > now() AS live"
-                                   " FROM webhook_endpoints WHERE id = $1", endpoint_id)
+        await conn.execute("UPDATE webhook_lanes SET due_at = now() - interval '1 s'"
+                           " WHERE endpoint_id = $1", endpoint_id)
+        assert claim("second") == [event["id"]]
+        head = live.call(store.head(live.db, endpoint_id, event["id"]))
+        assert head is not None
+        # The first run, back from a long stall, can neither go on nor let go.
+        assert live.call(store.attempted(live.db, endpoint_id, event["id"], "first", lease,
+                                         head["seq"], "HTTP 500", timedelta(0))) is None
+        assert live.call(store.release(live.db, endpoint_id, event["id"], "first")) is False
+        assert live.call(store.finish(live.db, endpoint_id, event["id"], "first",
+                                      lease)) is None
+        held = await conn.fetchrow("SELECT lease_token, due_at > now() AS live"
+                                   " FROM webhook_lanes WHERE endpoint_id = $1", endpoint_id)
         assert (held["lease_token"], held["live"]) == ("second", True)
-        assert live.call(store.attempted(live.db, endpoint_id, "second", lease, 0, None,
-                                         None)) is not None
-        assert live.call(store.release(live.db, endpoint_id, "second")) is False
-        assert await conn.fetchval("SELECT lease_until FROM webhook_endpoints WHERE id = $1",
-                                   endpoint_id) is None
+        assert live.call(store.attempted(live.db, endpoint_id, event["id"], "second", lease,
+                                         head["seq"], None, None)) is not None
+        # Delivered and nothing more: the lane goes, and no other is due.
+        assert live.call(store.head(live.db, endpoint_id, event["id"])) is None
+        assert live.call(store.finish(live.db, endpoint_id, event["id"], "second",
+                                      lease)) is None
+        assert await conn.fetchval("SELECT count(*) FROM webhook_lanes WHERE endpoint_id = $1",
+                                   endpoint_id) == 0
+
+    # An endpoint's bound holds across runs: six events due, four leased at most.
+    async with aiohttp.ClientSession() as session:
+        for i in range(6):
+            await new_event(Api(session, live.url), owner, profile, title=f"Bound {i}")
+    third = claim("third", most=10, bound=4)
+    assert len(third) == 4
+    assert claim("fourth", most=10, bound=4) == []
+    # A sender done with a lane takes the next due one in its place: still four.
+    for lane in third:
+        head = live.call(store.head(live.db, endpoint_id, lane))
+        assert head is not None
+        assert live.call(store.attempted(live.db, endpoint_id, lane, "third", lease,
+                                         head["seq"], None, None)) is not None
+    nxt = live.call(store.finish(live.db, endpoint_id, third[0], "third", lease))
+    assert nxt is not None and nxt["resource_id"] not in third
+    assert claim("fourth", most=10, bound=4) == []
+    async with hooks_conn(live) as conn:
+        await conn.execute("DELETE FROM webhook_lanes WHERE endpoint_id = $1", endpoint_id)
 
 
 async def test_a_worker_killed_mid_delivery_loses_nothing(
     jobless: tuple[str, LiveServer], receiver: Receiver,
 ) -> None:
     """The only worker is a `kalends worker` process, killed while the receiver
-    holds its request; the next worker sends that message again, then the rest."""
+    holds its request; the next worker sends that message again, then the rest of
+    its event's, in order."""
     dsn, live = jobless
     receiver.script = [("hang", None)]
     first = second = None
@@ -487,8 +581,11 @@ async def test_a_worker_killed_mid_delivery_loses_nothing(
         async with aiohttp.ClientSession() as session:
             api = Api(session, live.url)
             owner, profile, endpoint = await _setup(api, live, receiver.url + "/kill")
-            for title in ("One", "Two", "Three"):
-                await new_event(api, owner, profile, title=title)
+            event = await new_event(api, owner, profile, title="One")
+            for title in ("Two", "Three"):
+                status, _, _ = await api.patch(f"/v1/events/{event['id']}", owner,
+                                               json={"title": title})
+                assert status == 200
             first = _start_worker(dsn)
             await asyncio.wait_for(receiver.hanging.wait(), 30)
             first.send_signal(signal.SIGKILL)
@@ -507,3 +604,93 @@ async def test_a_worker_killed_mid_delivery_loses_nothing(
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+@dataclass
+class _Request:
+    event_id: str
+    title: str | None
+    webhook_id: str
+    start: float
+    end: float = 0.0
+    status: int = 0
+
+
+async def test_two_worker_processes_keep_each_events_messages_in_order_and_one_at_a_time(
+    jobless: tuple[str, LiveServer],
+) -> None:
+    """Two `kalends worker` processes share the queue of one endpoint: several
+    events, each changed several times, and one message in three refused at its
+    first attempt. Each event's messages are accepted in the order of its changes,
+    no two requests about one event overlap, and the endpoint never has more
+    requests in flight than its bound."""
+    from kalends.notify.webhook_delivery import PER_ENDPOINT
+
+    dsn, live = jobless
+    requests: list[_Request] = []
+    seen_ids: list[str] = []
+    in_flight = [0, 0]  # now, most
+
+    async def handle(request: web.Request) -> web.Response:
+        data = (await request.json())["data"]
+        webhook_id = request.headers["webhook-id"]
+        entry = _Request(data.get("event_id", data["id"]), data.get("title"), webhook_id,
+                         time.monotonic())
+        requests.append(entry)
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight)
+        try:
+            await asyncio.sleep(0.03)  # long enough for a second request to overlap
+            first = webhook_id not in seen_ids
+            if first:
+                seen_ids.append(webhook_id)
+            entry.status = 500 if first and len(seen_ids) % 3 == 0 else 200
+            return web.Response(status=entry.status)
+        finally:
+            in_flight[0] -= 1
+            entry.end = time.monotonic()
+
+    app = web.Application()
+    app.router.add_post("/two", handle)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/two"
+    workers: list[subprocess.Popen[bytes]] = []
+    events, versions = 6, 4
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, live.url)
+            owner, profile, _ = await _setup(api, live, url, event_types=[
+                "event.created", "event.updated"])
+            workers = [_start_worker(dsn), _start_worker(dsn)]
+            made = [await new_event(api, owner, profile, title=f"E{e} v0")
+                    for e in range(events)]
+            for v in range(1, versions):
+                for e, event in enumerate(made):
+                    status, _, _ = await api.patch(f"/v1/events/{event['id']}", owner,
+                                                   json={"title": f"E{e} v{v}"})
+                    assert status == 200
+        await _wait_until(lambda: sum(r.status == 200 for r in requests) == events * versions,
+                          seconds=60)
+    finally:
+        for proc in workers:
+            proc.send_signal(signal.SIGTERM)
+        for proc in workers:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        await runner.cleanup()
+
+    assert any(r.status == 500 for r in requests)
+    for e, event in enumerate(made):
+        mine = [r for r in requests if r.event_id == event["id"]]
+        for a, b in itertools.pairwise(mine):
+            assert a.end <= b.start, f"two requests about {a.title} and {b.title} overlap"
+        # No worker dies here, so no message is accepted twice either.
+        accepted = [r.title for r in mine if r.status == 200]
+        assert accepted == [f"E{e} v{v}" for v in range(versions)], accepted
+    assert 2 <= in_flight[1] <= PER_ENDPOINT

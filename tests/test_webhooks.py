@@ -299,3 +299,57 @@ async def test_delivered_messages_are_pruned_and_pending_ones_kept(
     kept = await _rows(live_server, "SELECT id FROM webhook_messages WHERE profile_id = $1",
                        profile["id"])
     assert [r["id"] for r in kept] == [waiting["id"]]
+
+
+async def test_messages_queued_before_ordering_per_event_keep_their_order_per_event(
+    database_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Migration 0019 gives every queued delivery its event, from the stored body,
+    and each endpoint a lane per event whose head is the oldest still pending."""
+    import secrets
+    from urllib.parse import urlsplit, urlunsplit
+
+    import db.migrate
+
+    name = f"kalends_lanes_{secrets.token_hex(4)}"
+    server = urlunsplit(urlsplit(database_url)._replace(path="/postgres"))
+    dsn = urlunsplit(urlsplit(database_url)._replace(path="/" + name))
+    admin = await asyncpg.connect(server)
+    await admin.execute(f"CREATE DATABASE {name}")
+    try:
+        every = db.migrate._migrations()
+        monkeypatch.setattr(db.migrate, "_migrations",
+                            lambda: [m for m in every if m[0] < "0019"])
+        await db.migrate.migrate(dsn)
+        conn = await asyncpg.connect(dsn)
+        try:
+            # Rows as the old code left them; no profile needed for that.
+            await conn.execute("SET session_replication_role = replica")
+            await conn.execute("INSERT INTO webhook_endpoints (id, profile_id, url, event_types,"
+                               " secret) VALUES ('whe_a', 'prf_x', 'https://a.example', '{}',"
+                               " ''::bytea)")
+            queued = [("event.created", {"id": "evt_1"}), ("rsvp.created",
+                       {"id": "rsv_1", "event_id": "evt_2"}), ("event.updated", {"id": "evt_1"}),
+                      ("rsvp.deleted", {"id": "rsv_2", "event_id": "evt_1"})]
+            for i, (kind, data) in enumerate(queued):
+                body = orjson.dumps({"type": kind, "timestamp": "", "data": data}).decode()
+                await conn.execute("INSERT INTO webhook_messages (id, profile_id, type, body)"
+                                   " VALUES ($1, 'prf_x', $2, $3)", f"msg_{i}", kind, body)
+                await conn.execute("INSERT INTO webhook_deliveries (endpoint_id, message_id,"
+                                   " state) VALUES ('whe_a', $1, $2)", f"msg_{i}",
+                                   "delivered" if i == 0 else "pending")
+            monkeypatch.setattr(db.migrate, "_migrations", lambda: every)
+            await db.migrate.migrate(dsn)
+            rows = await conn.fetch("SELECT message_id, resource_id FROM webhook_deliveries"
+                                    " ORDER BY seq")
+            assert [(r["message_id"], r["resource_id"]) for r in rows] == [
+                ("msg_0", "evt_1"), ("msg_1", "evt_2"), ("msg_2", "evt_1"), ("msg_3", "evt_1")]
+            lanes = await conn.fetch("SELECT resource_id FROM webhook_lanes"
+                                     " WHERE endpoint_id = 'whe_a' AND due_at <= now()"
+                                     " ORDER BY resource_id")
+            assert [r["resource_id"] for r in lanes] == ["evt_1", "evt_2"]
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        await admin.close()

@@ -1,15 +1,20 @@
-"""Webhook delivery: a job per endpoint sends its queue, oldest first.
+"""Webhook delivery: each endpoint's queue is a lane per event, sent in order.
 
 At least once. A delivery is marked done only after a 2xx; a worker that dies
 mid-send leaves it pending, and it is sent again (same `webhook-id`, which
 receivers use to drop the copy).
 
-In order per endpoint. One run at a time holds an endpoint's lease (columns
-naming the run and its end, not a lock held across the network call) and sends
-from the head of its queue; while the head waits for a retry, what came after it
-waits too. A run that finds the lease taken leaves the queue to the holder, which
-looks once more as it lets go; if the holder died, a job is queued for when its
-lease ends. A run that outlived its lease finds out at its next write and stops.
+In order per resource (contract §11). A message's lane is the event it is about
+(an RSVP's is its event's), and a lane's messages go one at a time, oldest
+first; lanes of one endpoint go side by side, so a message waiting for its retry
+holds back only its own event's. A run leases lanes (columns naming the run and
+the lease's end, on the lane's row, not a lock held across the network call),
+at most `PER_ENDPOINT` of an endpoint's at once across every process, and sends
+each lane's head until the lane empties or waits, then leases another due lane.
+A run that outlived its lease finds out at its next write and lets the lane be;
+a lane whose sender died comes due again when its lease ends, and a job is
+queued for then, as for a retry. `PER_PROCESS` bounds what one process has in
+flight across endpoints.
 
 Failures follow the retry schedule (Standard Webhooks' by default), waiting
 longer when the receiver's `Retry-After` asks. `410 Gone` disables the endpoint
@@ -21,9 +26,12 @@ public addresses (kalends/outbound.py), http to loopback only when allowed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -41,7 +49,16 @@ from kalends.service import config, jobs
 
 log = logging.getLogger("kalends.webhooks")
 
+PER_ENDPOINT = 4
+"""Requests in flight to one endpoint, across every process: enough that a few
+slow or failing events do not stall the rest, few enough not to flood a receiver."""
+PER_PROCESS = 64
+"""Requests in flight from one process, across every endpoint."""
 _MAX_RETRY_AFTER = timedelta(days=1)
+_UNKNOWN: Mapping[str, Any] = {"seq": None}
+"""A lane's head not read yet (distinct from a lane found empty)."""
+_WAKE_MARGIN = timedelta(milliseconds=50)
+"""A wake comes this much after the lane is due, so it finds it due."""
 
 
 @dataclass(frozen=True)
@@ -52,75 +69,171 @@ class _Outcome:
     retry_after: timedelta | None = None
 
 
-def handlers(settings: config.Settings, vault: Vault) -> dict[str, jobs.Handler]:
-    sender = _Sender(settings, vault)
+def handlers(settings: config.Settings, vault: Vault, pool: Database | None = None
+             ) -> dict[str, jobs.Handler]:
+    """`pool`: connections of delivery's own (at least PER_ENDPOINT), so that other
+    jobs waiting with theirs (a profile's sync jobs queue on its lock) do not hold
+    delivery up; by default the jobs' pool."""
+    sender = _Sender(settings, vault, pool)
     return {ENTRYPOINT: sender.run}
 
 
 class _Sender:
-    def __init__(self, settings: config.Settings, vault: Vault) -> None:
+    def __init__(self, settings: config.Settings, vault: Vault, pool: Database | None
+                 ) -> None:
+        self._pool = pool
         self._schedule = settings.webhook_retry_schedule
         self._timeout = settings.webhook_timeout
         self._allow_http = settings.webhook_allow_http
         self._vault = vault
         # Longer than any attempt (its timeout) and the statements around it.
         self._lease = 2 * settings.webhook_timeout + timedelta(seconds=5)
+        self._slots = asyncio.Semaphore(PER_PROCESS)
+        # This process's senders per endpoint, and the endpoints whose jobs left
+        # their messages to them: an economy of jobs only; what is safe across
+        # processes is decided by the database (db/webhooks.py).
+        self._drives: Counter[str] = Counter()
+        self._poked: set[str] = set()
 
     async def run(self, db: Database, payload: dict[str, Any]) -> None:
+        """Send the endpoint's due lanes until none is left due, then have a job
+        come back when the next one is (a retry, or a lease that may be a dead
+        sender's). Runs in other processes go on beside it, within the bound."""
         endpoint_id = payload["endpoint_id"]
-        token = uuid.uuid4().hex
-        endpoint = await store.claim(db, endpoint_id, token, self._lease)
-        if endpoint is None:
-            left = await store.lease_left(db, endpoint_id)
-            if left is not None:  # held: by a live run, which looks again, or a dead one
-                await _wake(db, endpoint_id, left + timedelta(seconds=1))
+        db = self._pool or db
+        if self._drives[endpoint_id] >= PER_ENDPOINT:
+            # This process already sends as much to the endpoint as it may, and
+            # those senders look for due lanes until there are none: one of them
+            # looks once more before it stops (`_drive`). Nothing to claim here.
+            self._poked.add(endpoint_id)
             return
+        token = uuid.uuid4().hex
         session = guarded_session(allow_loopback=self._allow_http,
                                   timeout=self._timeout.total_seconds())
         async with session:
-            while endpoint is not None:
-                endpoint = await self._step(db, session, endpoint, token)
+            await self._claim_and_drive(db, session, endpoint_id, token)
+        left = await store.next_due(db, endpoint_id)
+        if left is not None:
+            await _wake(db, endpoint_id, left + _WAKE_MARGIN)
+
+    async def _claim_and_drive(self, db: Database, session: aiohttp.ClientSession,
+                               endpoint_id: str, token: str) -> None:
+        room = PER_ENDPOINT - self._drives[endpoint_id]
+        taken = await self._take_slots(room)
+        try:
+            endpoint, lanes = await store.claim(db, endpoint_id, token, self._lease,
+                                                bound=PER_ENDPOINT, most=taken)
+        except BaseException:
+            self._give_slots(taken)
+            raise
+        self._give_slots(taken - len(lanes))
+        if endpoint is not None:
+            await asyncio.gather(*(self._drive(db, session, endpoint, lane, token)
+                                   for lane in lanes))
+
+    async def _take_slots(self, most: int) -> int:
+        """One slot of the process's, waited for, and up to `most` - 1 more if free now."""
+        await self._slots.acquire()
+        taken = 1
+        while taken < most and not self._slots.locked():
+            await self._slots.acquire()  # free: returns at once
+            taken += 1
+        return taken
+
+    def _give_slots(self, count: int) -> None:
+        for _ in range(count):
+            self._slots.release()
+
+    async def _drive(self, db: Database, session: aiohttp.ClientSession,
+                     endpoint: asyncpg.Record, resource_id: str, token: str) -> None:
+        """One slot: send a lane, and then, in its place, each next due lane."""
+        endpoint_id = endpoint["id"]
+        self._drives[endpoint_id] += 1
+        try:
+            lane: asyncpg.Record | None = endpoint
+            head: Mapping[str, Any] | None = _UNKNOWN
+            while lane is not None:
+                lane = await self._lane(db, session, lane, resource_id, token, head)
+                if lane is not None:  # handed over by `finish`, with its head
+                    resource_id, head = lane["resource_id"], lane
+                    continue
+                head = _UNKNOWN
+                # None handed over (the lane waits for a retry, or nothing else
+                # was due): lease one more within the bound, if any is due. A job
+                # that left its message to this process's senders meanwhile
+                # (`run`) is seen here: no await between this check and the end.
+                while lane is None:
+                    self._poked.discard(endpoint_id)
+                    fresh, more = await store.claim(db, endpoint_id, token, self._lease,
+                                                    bound=PER_ENDPOINT, most=1)
+                    if fresh is not None and more:
+                        lane, resource_id = fresh, more[0]
+                    elif fresh is None or endpoint_id not in self._poked:
+                        return
+        finally:
+            self._drives[endpoint_id] -= 1
+            self._give_slots(1)
+
+    async def _lane(self, db: Database, session: aiohttp.ClientSession,
+                    endpoint: asyncpg.Record, resource_id: str, token: str,
+                    head: Mapping[str, Any] | None) -> asyncpg.Record | None:
+        """Send the lane's messages, oldest first, until it is empty, waits for a
+        retry, or is no longer this run's; returns the lane leased in its place,
+        with its head. `head`: the lane's, if known (`_UNKNOWN` if not)."""
+        head = await store.head(db, endpoint["id"], resource_id) if head is _UNKNOWN else head
+        while True:
+            if head is None or head["seq"] is None:
+                nxt = await store.finish(db, endpoint["id"], resource_id, token, self._lease)
+                if nxt is None or nxt["resource_id"] != resource_id:
+                    return nxt  # with its head
+                endpoint = head = nxt
+                continue
+            sent = await self._step(db, session, endpoint, resource_id, token, head)
+            if sent is None:  # waits for a retry, or no longer this run's
+                return None
+            endpoint = sent
+            head = None if sent["next_seq"] is None else {
+                "seq": sent["next_seq"], "message_id": sent["next_message_id"],
+                "attempts": sent["next_attempts"], "body": sent["next_body"]}
 
     async def _step(self, db: Database, session: aiohttp.ClientSession,
-                    endpoint: asyncpg.Record, token: str) -> asyncpg.Record | None:
-        """Send the head of the queue; the endpoint for the next step, or None."""
+                    endpoint: asyncpg.Record, resource_id: str, token: str,
+                    head: Mapping[str, Any]) -> asyncpg.Record | None:
+        """Send the lane's head; the endpoint (with the lane's next message) to go
+        on with the lane, or None."""
         endpoint_id = endpoint["id"]
-        head = await store.head(db, endpoint_id)
-        if head is None or head["wait"] > timedelta(0):
-            if head is not None:
-                await _wake(db, endpoint_id, head["wait"])
-            if await store.release(db, endpoint_id, token):
-                return await store.claim(db, endpoint_id, token, self._lease)
-            return None
         outcome = await self._attempt(session, endpoint, head)
         seq, message_id = head["seq"], head["message_id"]
         if outcome.ok:
-            nxt = await store.attempted(db, endpoint_id, token, self._lease, seq, None, None)
-        elif outcome.gone:
-            await _disable(db, endpoint_id, seq, outcome.error,
+            nxt = await store.attempted(db, endpoint_id, resource_id, token, self._lease, seq,
+                                        None, None)
+            if nxt is None:  # disabled or deleted meanwhile, or the lease lost
+                # Let go at once, so enabling it resumes the lane without waiting.
+                await store.release(db, endpoint_id, resource_id, token)
+            return nxt
+        if outcome.gone:
+            await _disable(db, endpoint_id, resource_id, token, seq, outcome.error,
                            "The endpoint answered 410 Gone.")
             return None
-        else:
-            attempts = head["attempts"] + 1
-            log.info("webhook delivery failed", extra={
-                "endpoint_id": endpoint_id, "message_id": message_id, "attempt": attempts,
-                "error": outcome.error})
-            if attempts >= len(self._schedule):
-                await _disable(db, endpoint_id, seq, outcome.error, (
-                    f"{attempts} attempts to deliver message {message_id} failed; "
-                    f"the last: {outcome.error}."))
-                return None
-            wait = self._schedule[attempts]
-            if outcome.retry_after is not None:
-                wait = max(wait, min(outcome.retry_after, _MAX_RETRY_AFTER))
-            nxt = await store.attempted(db, endpoint_id, token, self._lease, seq,
-                                        outcome.error, wait)
-        if nxt is None:  # disabled or deleted meanwhile, or the lease lost
-            await store.release(db, endpoint_id, token)  # so enabling it resumes at once
-        return nxt
+        attempts = head["attempts"] + 1
+        log.info("webhook delivery failed", extra={
+            "endpoint_id": endpoint_id, "message_id": message_id, "attempt": attempts,
+            "error": outcome.error})
+        if attempts >= len(self._schedule):
+            await _disable(db, endpoint_id, resource_id, token, seq, outcome.error, (
+                f"{attempts} attempts to deliver message {message_id} failed; "
+                f"the last: {outcome.error}."))
+            return None
+        wait = self._schedule[attempts]
+        if outcome.retry_after is not None:
+            wait = max(wait, min(outcome.retry_after, _MAX_RETRY_AFTER))
+        # The lane waits for the retry; its sender goes on with other lanes.
+        await store.attempted(db, endpoint_id, resource_id, token, self._lease, seq,
+                              outcome.error, wait)
+        return None
 
     async def _attempt(self, session: aiohttp.ClientSession, endpoint: asyncpg.Record,
-                       head: asyncpg.Record) -> _Outcome:
+                       head: Mapping[str, Any]) -> _Outcome:
         message_id, body = head["message_id"], head["body"]
         timestamp = int(time.time())
         keys = [endpoint["secret"]] + (
@@ -183,8 +296,8 @@ async def _wake(db: Database, endpoint_id: str, wait: timedelta) -> None:
             await jobs.enqueue(tx, ENTRYPOINT, {"endpoint_id": endpoint_id}, after=wait)
 
 
-async def _disable(db: Database, endpoint_id: str, seq: int, error: str, reason: str
-                   ) -> None:
+async def _disable(db: Database, endpoint_id: str, resource_id: str, token: str, seq: int,
+                   error: str, reason: str) -> None:
     log.warning("webhook endpoint disabled", extra={"endpoint_id": endpoint_id,
                                                     "reason": reason})
-    await store.disable(db, endpoint_id, seq, error, reason)
+    await store.disable(db, endpoint_id, resource_id, token, seq, error, reason)

@@ -182,6 +182,7 @@ async def record(tx: Tx, render: Render, event_type: EventType, profile_id: str,
         body = orjson.dumps({
             "type": event_type, "timestamp": utc_text(datetime.now(UTC)), "data": data,
         }).decode()
+        # Ordered per event: an RSVP's messages go in its event's lane.
         await store.add_message(tx, ids.new_id("msg"), profile_id, event_type, body,
-                                endpoint_ids)
+                                variables["event_id"], endpoint_ids)
     await jobs.enqueue_many(tx, ENTRYPOINT, [{"endpoint_id": e} for e in endpoint_ids])
