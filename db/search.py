@@ -19,10 +19,10 @@ a profile's or series' creation; then id. So the first page of a word found in
 planner's choice when the title statistics say the word is common), not a sort
 of all 10,000; a rare word is still read through the GIN index and sorted.
 
-One statement per tier, best first, until the page is full: a word found in
-enough titles never reads its descriptions' matches. Each runs with custom
-plans (`plan_cache_mode`): a cached generic plan would pick one strategy for
-rare and common words alike.
+Titles first, then (if the page is not full) the other tiers in a second
+statement: a word found in enough titles never reads its descriptions' matches.
+Both run with custom plans (`plan_cache_mode`): a cached generic plan would pick
+one strategy for rare and common words alike.
 
 Visibility is decided in the statements, by the same SQL as every other read
 (db/visibility.py): events and series by their profile's rule, profiles by
@@ -75,33 +75,38 @@ _QUERY = f"({_parsed('english')} || {_parsed('simple')})"
 _Q = {"": _QUERY, "A": _weighted(_QUERY, "A"), "AB": _weighted(_QUERY, "AB")}
 
 
-def _matches(tsv: str, tier: int, title_tsv: str | None, negated: bool) -> str:
-    """`tsv` holds the whole query in exactly `tier`'s fields. `title_tsv`: the
-    column holding weight A alone (events), whose statistics the planner uses."""
+def _matches(tsv: str, titles: bool, title_tsv: str | None, negated: bool) -> str:
+    """`tsv` holds the whole query in its titles (tier 3), or only elsewhere
+    (tiers 2 and 1). `title_tsv`: the column holding weight A alone (events),
+    whose statistics the planner uses."""
     in_titles = f"{title_tsv} @@ {_Q['']}" if title_tsv else f"{tsv} @@ {_Q['A']}"
-    condition = {
-        3: in_titles,
-        2: f"{tsv} @@ {_Q['AB']} AND NOT {in_titles}",
-        1: f"{tsv} @@ {_Q['']} AND NOT {tsv} @@ {_Q['AB']}",
-    }[tier]
+    if not titles:
+        return f"{tsv} @@ {_Q['']} AND NOT {in_titles}"
     # A restricted query only looks at its fields: `yoga -hot` restricted to
     # titles holds for a hot yoga class whose description says hot. The whole
     # query excludes it, when there is something to exclude.
-    return f"{condition} AND {tsv} @@ {_Q['']}" if negated and tier != 1 else condition
+    return f"{in_titles} AND {tsv} @@ {_Q['']}" if negated else in_titles
 
 
-def _rank(tier: int, day: str) -> str:
+def _rank(tsv: str, titles: bool, day: str) -> str:
+    tier = "3" if titles else f"CASE WHEN {tsv} @@ {_Q['AB']} THEN 2 ELSE 1 END"
     return f"({tier} + {day}::numeric / {_DAY_SCALE})::float8"
 
 
-def _branch(kind: str, tier: int, negated: bool, keyset: bool) -> str:
+def _branch(kind: str, titles: bool, negated: bool, keyset: bool) -> str:
     table, alias, day_of = {"event": ("events", "e", "start_time"),
                             "series": ("series", "s", "created_at"),
                             "profile": ("profiles", "p", "created_at")}[kind]
-    order = f"-search_day({alias}.{day_of})"
-    after = f"AND ({order}, {alias}.id) > ($5::integer, $6::text)" if keyset else ""
-    matches = _matches(f"{alias}.search_tsv", tier, "e.title_tsv" if kind == "event" else None,
-                       negated)
+    tsv = f"{alias}.search_tsv"
+    rank = _rank(tsv, titles, f"search_day({alias}.{day_of})")
+    if titles:  # in the order of events_search_order
+        order = f"-search_day({alias}.{day_of}), {alias}.id"
+        after = f"AND (-search_day({alias}.{day_of}), {alias}.id) > ($5::integer, $6::text)"
+    else:  # every match, sorted
+        order = "rank DESC, id"
+        after = f"AND ({rank} < $5::float8 OR ({rank} = $5::float8 AND {alias}.id > $6::text))"
+    after = after if keyset else ""
+    matches = _matches(tsv, titles, "e.title_tsv" if kind == "event" else None, negated)
     columns = {
         "event": "'event' AS kind, e.id, e.title, e.description, e.image_url, "
                  "e.slug::text AS slug, e.start_time AS date_info, "
@@ -116,28 +121,27 @@ def _branch(kind: str, tier: int, negated: bool, keyset: bool) -> str:
     if kind == "profile":
         # A profile is found by those who may retrieve it: `profile_visible`.
         return f"""
-        SELECT {columns}, {_rank(tier, f'search_day(p.{day_of})')} AS rank,
-               {visibility.columns('$3')}
+        SELECT {columns}, {rank} AS rank, {visibility.columns('$3')}
         FROM profiles p
         LEFT JOIN organization_members m
           ON m.organization_id = p.organization_id AND m.user_id = $3
         WHERE {matches} AND {visibility.profile_visible('$3')} {after}
-        ORDER BY {order}, p.id LIMIT $4"""
+        ORDER BY {order} LIMIT $4"""
     return f"""
-        SELECT {columns}, {_rank(tier, f'search_day({alias}.{day_of})')} AS rank,
-               {visibility.columns('$3')}
+        SELECT {columns}, {rank} AS rank, {visibility.columns('$3')}
         FROM {table} {alias} {visibility.join_profile(alias, '$3')}
         WHERE {matches} AND {visibility.visible(alias, '$3')} {after}
-        ORDER BY {order}, {alias}.id LIMIT $4"""
+        ORDER BY {order} LIMIT $4"""
 
 
 @functools.cache
-def sql(kinds: tuple[str, ...], tier: int, negated: bool, keyset: bool) -> str:
-    """The statement for the next `$4` hits of one tier among these kinds (a
-    non-empty subset of KINDS), ordered by rank descending, then id; each kind's
-    branch is itself ordered and limited, so an index in that order can stop early."""
+def sql(kinds: tuple[str, ...], titles: bool, negated: bool, keyset: bool) -> str:
+    """The statement for the next `$4` hits among these kinds (a non-empty
+    subset of KINDS) in tier 3 (`titles`) or in tiers 2 and 1, ordered by rank
+    descending, then id. In tier 3 each kind's branch is itself ordered and
+    limited, so an index in that order can stop early."""
     branches = "\n    UNION ALL\n".join(
-        f"({_branch(k, tier, negated, keyset)})" for k in KINDS if k in kinds)
+        f"({_branch(k, titles, negated, keyset)})" for k in KINDS if k in kinds)
     return f"""
     SELECT kind, id, title, description, image_url, slug, date_info, rank,
            CASE WHEN profile_visible THEN handle END AS profile_handle
@@ -147,12 +151,12 @@ def sql(kinds: tuple[str, ...], tier: int, negated: bool, keyset: bool) -> str:
     """
 
 
-# The tiers below titles are read through the GIN indexes alone. Their restriction
-# has no statistics of its own (a weighted query, minus the tier above), and on a
-# million events the planner took a rare word for a common one and walked the
-# whole ordered index (6 s). Read this way, a tier costs what its matches cost, as
-# every search did before tiers: a word common in descriptions but not in titles
-# reads all its description matches.
+# The tiers below titles are read in one statement, through the GIN indexes alone.
+# Their restriction has no statistics of its own (the query minus the tier above),
+# and on a million events the planner took a rare word for a common one and walked
+# the whole ordered index (6 s). Read this way, they cost what their matches cost,
+# as every search did before tiers: a word common in descriptions but not in
+# titles reads all its description matches.
 BITMAPS_ONLY = "SET LOCAL enable_indexscan = off; SET LOCAL enable_seqscan = off"
 
 
@@ -165,14 +169,13 @@ def is_negated(text: str) -> bool:
     return bool(_NEGATION.search(text))
 
 
-def tier_and_key(rank: float) -> tuple[int, int]:
-    """The tier and negated day a rank was made of."""
-    tier = round(rank)
-    return tier, -round((rank - tier) * _DAY_SCALE)
+def title_key(rank: float) -> int:
+    """The negated day of a tier-3 rank: its place in events_search_order."""
+    return -round((rank - 3) * _DAY_SCALE)
 
 
 def arguments(text: str, prefix: bool, viewer_id: str, limit: int,
-              keyset: tuple[int, str] | None = None) -> tuple[object, ...]:
+              keyset: tuple[float, str] | None = None) -> tuple[object, ...]:
     """The parameters of `sql`, in order."""
     return (text, prefix, viewer_id, limit, *(keyset or ()))
 
@@ -181,22 +184,22 @@ async def page(
     db: Database, kinds: Sequence[str], text: str, prefix: bool, viewer_id: str,
     after: tuple[float, str] | None, limit: int,
 ) -> list[asyncpg.Record]:
-    """Up to `limit` hits after the keyset `after` (rank, id): tier by tier."""
+    """Up to `limit` hits after the keyset `after` (rank, id): titles first, then
+    the rest if the page is not full."""
     chosen = tuple(k for k in KINDS if k in kinds)
     negated = is_negated(text)
-    after_tier, after_key = tier_and_key(after[0]) if after else (TIERS[0], 0)
+    in_titles = after is None or round(after[0]) == TIERS[0]
     rows: list[asyncpg.Record] = []
-    bitmaps_only = False
     async with db.transaction() as tx:
         await tx.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-        for tier in TIERS:
-            if tier > after_tier or len(rows) >= limit:
-                continue
-            keyset = (after_key, after[1]) if after and tier == after_tier else None
-            if tier < TIERS[0] and not bitmaps_only:
-                await tx.execute(BITMAPS_ONLY)
-                bitmaps_only = True
-            rows += await tx.fetch(sql(chosen, tier, negated, keyset is not None),
+        if in_titles:
+            keyset: tuple[float, str] | None = (title_key(after[0]), after[1]) if after else None
+            rows += await tx.fetch(sql(chosen, True, negated, keyset is not None),
+                                   *arguments(text, prefix, viewer_id, limit, keyset))
+        if len(rows) < limit:
+            await tx.execute(BITMAPS_ONLY)
+            keyset = None if in_titles or after is None else after
+            rows += await tx.fetch(sql(chosen, False, negated, keyset is not None),
                                    *arguments(text, prefix, viewer_id, limit - len(rows),
                                               keyset))
     return rows

@@ -1,6 +1,6 @@
 """GET /v1/search (contract §2, §4): full-text search over events, profiles and
 series, with the API's visibility rules, a type filter, rank-ordered keyset
-pages, hostile input, a statement per tier per page, and plans that read a
+pages, hostile input, at most two statements a page, and plans that read a
 bounded number of rows however common the word (EXPLAIN ANALYZE on 60,000 events).
 
 Every test searches for words it made up, so other tests' rows never match.
@@ -453,7 +453,7 @@ async def test_cursors_are_bound_to_their_query_and_caller(
 # Cost
 
 
-async def test_a_page_costs_a_statement_per_tier_whatever_its_size(
+async def test_a_page_costs_at_most_two_statements_whatever_its_size(
     live_server: Any, api: Any, user: Any
 ) -> None:
     w = word()
@@ -468,17 +468,17 @@ async def test_a_page_costs_a_statement_per_tier_whatever_its_size(
         assert status == 200, page
         return live_server.db.query_count - before, page
 
-    # Authentication, the custom plans' SET, then the tiers the page reaches (and,
-    # below titles, the SET that reads them by bitmaps): every hit here is in tier 3
-    # (titles and names), so a page it fills stops there.
+    # Authentication, the custom plans' SET, tier 3, and if the page is not full,
+    # the SET that reads the rest by bitmaps and the rest: every hit here is in
+    # tier 3 (titles and names), so a page it fills stops there.
     count, first = await queries(limit="1")
     assert count == 3 and len(first["data"]) == 1
     count, page = await queries(limit="40", cursor=first["next_cursor"])
     assert count == 3 and len(page["data"]) == 40
     count, page = await queries(limit="100")
-    assert count == 3 + len(search_sql.TIERS) and len(page["data"]) == 51
+    assert count == 5 and len(page["data"]) == 51
     count, page = await queries(limit="100", type="event")
-    assert count == 3 + len(search_sql.TIERS) and len(page["data"]) == 40
+    assert count == 5 and len(page["data"]) == 40
 
 
 # 60,000 events over 60 profiles and 4 years, titled from a vocabulary of 5,000
@@ -523,9 +523,9 @@ async def test_a_page_reads_a_bounded_number_of_rows_however_common_the_word(
     common, described, rare = word(), word(), word()
     viewer = "usr_" + "e" * 32
 
-    async def explained(conn: Any, tier: int, text: str, limit: int,
+    async def explained(conn: Any, titles: bool, text: str, limit: int,
                         keyset: tuple[int, str] | None = None) -> tuple[Any, list[str]]:
-        statement = search_sql.sql(search_sql.KINDS, tier, False, keyset is not None)
+        statement = search_sql.sql(search_sql.KINDS, titles, False, keyset is not None)
         args = search_sql.arguments(text, False, viewer, limit, keyset)
         [row] = await conn.fetch("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, *args)
         ids = [r["id"] for r in await conn.fetch(statement, *args)]
@@ -547,31 +547,30 @@ async def test_a_page_reads_a_bounded_number_of_rows_however_common_the_word(
                 await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
                 titled = await brute(conn, common, "title")
                 assert len(titled) == 6000
-                plan, first = await explained(conn, 3, common, 21)
+                plan, first = await explained(conn, True, common, 21)
                 assert first == titled[:21]
                 assert _rows_read(plan, "events") <= 1000, plan
                 # The next page starts from its keyset in the same index.
                 last = await conn.fetchrow(
                     "SELECT -search_day(start_time) AS key, id FROM events WHERE id = $1",
                     first[-1])
-                plan, second = await explained(conn, 3, common, 21, (last["key"], last["id"]))
+                plan, second = await explained(conn, True, common, 21, (last["key"], last["id"]))
                 assert second == titled[21:42]
                 assert _rows_read(plan, "events") <= 1000, plan
 
-                plan, found = await explained(conn, 3, rare, 21)
+                plan, found = await explained(conn, True, rare, 21)
                 assert found == await brute(conn, rare, "title") and len(found) == 6
                 assert "events_title_search" in _indexes(plan), plan
                 assert _rows_read(plan, "events") <= 6, plan
 
-                plan, found = await explained(conn, 3, described, 21)
+                plan, found = await explained(conn, True, described, 21)
                 assert found == [] and _rows_read(plan, "events") == 0, plan
                 # Below titles, as page() reads them: through the GIN index, so a rare
                 # word costs its few matches whatever the statistics say.
                 await conn.execute(search_sql.BITMAPS_ONLY)
-                for tier in search_sql.TIERS[1:]:
-                    plan, found = await explained(conn, tier, rare, 21)
-                    assert found == [] and _rows_read(plan, "events") <= 6, plan
-                plan, found = await explained(conn, 2, described, 21)
+                plan, found = await explained(conn, False, rare, 21)
+                assert found == [] and _rows_read(plan, "events") <= 6, plan
+                plan, found = await explained(conn, False, described, 21)
                 assert found == (await brute(conn, described, "description"))[:21]
                 assert "events_search" in _indexes(plan), plan
             finally:
@@ -597,7 +596,7 @@ def _indexes(node: dict[str, Any]) -> set[str]:
 
 
 async def test_every_kind_can_be_read_through_its_gin_index(live_server: Any) -> None:
-    """With sequential and ordered index scans off, each tier's statement reaches
+    """With sequential and ordered index scans off, both statements (tier 3, the rest) reach
     events and series through their GIN indexes: the matches are plain `tsvector
     @@ tsquery` restrictions on indexed columns, weighted or not."""
     rare = word()
@@ -614,8 +613,8 @@ async def test_every_kind_can_be_read_through_its_gin_index(live_server: Any) ->
                 await conn.execute("SET LOCAL enable_seqscan = off")
                 await conn.execute("SET LOCAL enable_indexscan = off")
                 found = []
-                for tier in search_sql.TIERS:
-                    statement = search_sql.sql(search_sql.KINDS, tier, False, False)
+                for titles in (True, False):
+                    statement = search_sql.sql(search_sql.KINDS, titles, False, False)
                     args = search_sql.arguments(rare, False, "usr_" + "e" * 32, 20)
                     found.append(orjson.loads(await conn.fetchval(
                         "EXPLAIN (FORMAT JSON) " + statement, *args))[0]["Plan"])
@@ -629,8 +628,8 @@ async def test_every_kind_can_be_read_through_its_gin_index(live_server: Any) ->
             names |= bitmap_scans(child)
         return names
 
-    for tier, plan in zip(search_sql.TIERS, live_server.call(plans()), strict=True):
-        events_index = "events_title_search" if tier == 3 else "events_search"
+    for titles, plan in zip((True, False), live_server.call(plans()), strict=True):
+        events_index = "events_title_search" if titles else "events_search"
         # Profiles are matched by the same restriction as series (weighted, on
         # search_tsv); on a few thousand rows the planner may filter them instead.
         assert {events_index, "series_search"} <= bitmap_scans(plan), plan
