@@ -14,15 +14,19 @@ day. Tier 3: the whole query is found in the title (an event's) or the name and
 handle (a profile's, a series'); tier 2: in those and the description; tier 1:
 anywhere, the location included. The same query restricted to weights (`:A`,
 `:AB`) decides it. Within a tier the latest day comes first: an event's start,
-a profile's or series' creation; then id. So the first page of a word found in
-10,000 titles is the first 20 matching rows of `events_search_order` (the
-planner's choice when the title statistics say the word is common), not a sort
-of all 10,000; a rare word is still read through the GIN index and sorted.
+a profile's or series' creation; then id.
 
-Titles first, then (if the page is not full) the other tiers in a second
-statement: a word found in enough titles never reads its descriptions' matches.
-Both run with custom plans (`plan_cache_mode`): a cached generic plan would pick
-one strategy for rare and common words alike.
+Tier 3 is read first. Its events are looked for among the first TITLE_CAP + 1
+title matches, read in no order through the GIN index of titles: a word found
+in fewer titles is sorted whole. A word found in more is read in rank order
+from `events_search_order` (bitmap scans off, so the planner cannot sort 10,000
+matches instead), stopping at the page's end: the first page of a word in
+10,000 titles reads some hundreds of rows, not 10,000. The decision is made
+from the count, not from the planner's statistics, which at a million events
+took a rare word for a common one. If the page is not full, tiers 2 and 1
+follow in one more statement: every match below titles, through the GIN
+indexes, sorted (a word common in descriptions but rare in titles costs what
+its description matches cost, as every search did before tiers).
 
 Visibility is decided in the statements, by the same SQL as every other read
 (db/visibility.py): events and series by their profile's rule, profiles by
@@ -65,99 +69,151 @@ def _weighted(query: str, weights: str) -> str:
             f"'\\1:\\2{weights}', 'g')::tsquery")
 
 
-# The query and its restrictions, written out where they are used: every function
-# in them is immutable, so with the custom plans `page` asks for, the planner
-# folds each into a constant before it plans, and its estimate of how many rows
-# match (from the columns' statistics) decides between the ordered index and the
-# GIN index. An InitPlan would hide the value: every word would be planned as
-# the same default fraction of the table.
+# The query, parsed once per statement, and its restrictions to weights: InitPlans
+# over a materialized CTE, and plain `column @@ value` restrictions that the GIN
+# indexes serve. Plans do not depend on the word (a generic plan serves every
+# one): `page` chooses how tier 3 is read, from how many titles match.
 _QUERY = f"({_parsed('english')} || {_parsed('simple')})"
-_Q = {"": _QUERY, "A": _weighted(_QUERY, "A"), "AB": _weighted(_QUERY, "AB")}
+_CTE = f"""WITH q AS MATERIALIZED (
+        SELECT query, {_weighted('query', 'A')} AS query_a, {_weighted('query', 'AB')} AS query_ab
+        FROM (SELECT {_QUERY} AS query) parsed
+    )"""
+_FROM_CTE = {"": "(SELECT query FROM q)", "A": "(SELECT query_a FROM q)",
+             "AB": "(SELECT query_ab FROM q)"}
 
 
 def _matches(tsv: str, titles: bool, title_tsv: str | None, negated: bool) -> str:
     """`tsv` holds the whole query in its titles (tier 3), or only elsewhere
-    (tiers 2 and 1). `title_tsv`: the column holding weight A alone (events),
-    whose statistics the planner uses."""
-    in_titles = f"{title_tsv} @@ {_Q['']}" if title_tsv else f"{tsv} @@ {_Q['A']}"
+    (tiers 2 and 1). `title_tsv`: the column holding weight A alone (events)."""
+    q = _FROM_CTE
+    in_titles = f"{title_tsv} @@ {q['']}" if title_tsv else f"{tsv} @@ {q['A']}"
     if not titles:
-        return f"{tsv} @@ {_Q['']} AND NOT {in_titles}"
+        return f"{tsv} @@ {q['']} AND NOT {in_titles}"
     # A restricted query only looks at its fields: `yoga -hot` restricted to
     # titles holds for a hot yoga class whose description says hot. The whole
     # query excludes it, when there is something to exclude.
-    return f"{in_titles} AND {tsv} @@ {_Q['']}" if negated else in_titles
+    return f"{in_titles} AND {tsv} @@ {q['']}" if negated else in_titles
 
 
 def _rank(tsv: str, titles: bool, day: str) -> str:
-    tier = "3" if titles else f"CASE WHEN {tsv} @@ {_Q['AB']} THEN 2 ELSE 1 END"
+    tier = "3" if titles else f"CASE WHEN {tsv} @@ {_FROM_CTE['AB']} THEN 2 ELSE 1 END"
     return f"({tier} + {day}::numeric / {_DAY_SCALE})::float8"
 
 
-def _branch(kind: str, titles: bool, negated: bool, keyset: bool) -> str:
-    table, alias, day_of = {"event": ("events", "e", "start_time"),
-                            "series": ("series", "s", "created_at"),
-                            "profile": ("profiles", "p", "created_at")}[kind]
+_COLUMNS = {
+    "event": "'event' AS kind, e.id, e.title, e.description, e.image_url, "
+             "e.slug::text AS slug, e.start_time AS date_info, p.platform_id::text AS handle",
+    "series": "'series' AS kind, s.id, s.name AS title, s.description, "
+              "NULL::text AS image_url, s.slug::text AS slug, "
+              "NULL::timestamptz AS date_info, p.platform_id::text AS handle",
+    "profile": "'profile' AS kind, p.id, p.display_name AS title, p.description, "
+               "p.profile_image_url AS image_url, p.platform_id::text AS slug, "
+               "NULL::timestamptz AS date_info, p.platform_id::text AS handle",
+}
+_TABLES = {"event": ("events", "e", "start_time"), "series": ("series", "s", "created_at"),
+           "profile": ("profiles", "p", "created_at")}
+
+
+def _branch(kind: str, titles: bool, negated: bool, keyset: str | None,
+            first: str | None = None) -> str:
+    """One kind's next `$4` hits in tier 3 (`titles`), or in tiers 2 and 1.
+    `keyset`: the first of the two parameters the page starts after. `first`: the
+    first this many matches in no order instead, with their `day_key`."""
+    table, alias, day_of = _TABLES[kind]
     tsv = f"{alias}.search_tsv"
     rank = _rank(tsv, titles, f"search_day({alias}.{day_of})")
     if titles:  # in the order of events_search_order
         order = f"-search_day({alias}.{day_of}), {alias}.id"
-        after = f"AND (-search_day({alias}.{day_of}), {alias}.id) > ($5::integer, $6::text)"
+        after = (f"AND (-search_day({alias}.{day_of}), {alias}.id)"
+                 f" > ({keyset}::integer, ${int(keyset[1:]) + 1}::text)" if keyset else "")
     else:  # every match, sorted
         order = "rank DESC, id"
-        after = f"AND ({rank} < $5::float8 OR ({rank} = $5::float8 AND {alias}.id > $6::text))"
-    after = after if keyset else ""
+        after = (f"AND ({rank} < {keyset}::float8 OR ({rank} = {keyset}::float8"
+                 f" AND {alias}.id > ${int(keyset[1:]) + 1}::text))" if keyset else "")
     matches = _matches(tsv, titles, "e.title_tsv" if kind == "event" else None, negated)
-    columns = {
-        "event": "'event' AS kind, e.id, e.title, e.description, e.image_url, "
-                 "e.slug::text AS slug, e.start_time AS date_info, "
-                 "p.platform_id::text AS handle",
-        "series": "'series' AS kind, s.id, s.name AS title, s.description, "
-                  "NULL::text AS image_url, s.slug::text AS slug, "
-                  "NULL::timestamptz AS date_info, p.platform_id::text AS handle",
-        "profile": "'profile' AS kind, p.id, p.display_name AS title, p.description, "
-                   "p.profile_image_url AS image_url, p.platform_id::text AS slug, "
-                   "NULL::timestamptz AS date_info, p.platform_id::text AS handle",
-    }[kind]
+    tail = f"ORDER BY {order} LIMIT $4"
+    if first:
+        rank = f"{rank} AS rank, -search_day({alias}.{day_of}) AS day_key"
+        tail = f"LIMIT {first}"
+    else:
+        rank = f"{rank} AS rank"
     if kind == "profile":
         # A profile is found by those who may retrieve it: `profile_visible`.
         return f"""
-        SELECT {columns}, {rank} AS rank, {visibility.columns('$3')}
+        SELECT {_COLUMNS[kind]}, {rank}, {visibility.columns('$3')}
         FROM profiles p
         LEFT JOIN organization_members m
           ON m.organization_id = p.organization_id AND m.user_id = $3
         WHERE {matches} AND {visibility.profile_visible('$3')} {after}
-        ORDER BY {order} LIMIT $4"""
+        {tail}"""
     return f"""
-        SELECT {columns}, {rank} AS rank, {visibility.columns('$3')}
+        SELECT {_COLUMNS[kind]}, {rank}, {visibility.columns('$3')}
         FROM {table} {alias} {visibility.join_profile(alias, '$3')}
         WHERE {matches} AND {visibility.visible(alias, '$3')} {after}
-        ORDER BY {order} LIMIT $4"""
+        {tail}"""
+
+
+_OUT = """kind, id, title, description, image_url, slug, date_info, rank,
+           CASE WHEN profile_visible THEN handle END AS profile_handle"""
 
 
 @functools.cache
-def sql(kinds: tuple[str, ...], titles: bool, negated: bool, keyset: bool) -> str:
-    """The statement for the next `$4` hits among these kinds (a non-empty
-    subset of KINDS) in tier 3 (`titles`) or in tiers 2 and 1, ordered by rank
-    descending, then id. In tier 3 each kind's branch is itself ordered and
-    limited, so an index in that order can stop early."""
+def sql_titles(kinds: tuple[str, ...], negated: bool, keyset: bool) -> str:
+    """Tier 3 of these kinds (a non-empty subset of KINDS), each kind's next `$4`
+    hits, unmerged; events only among their first `$5` + 1 visible title matches,
+    read in no order through the GIN index, and every row says whether there were
+    more (`capped`): then events_search_order must be walked instead
+    (`sql_ordered_events`). One row with a null `kind` at least, so the answer is
+    never empty."""
+    after = "$6" if keyset else None
+    matched = (f""", matched AS MATERIALIZED ({_branch(
+        'event', True, negated, after, first='$5::integer + 1')})""" if "event" in kinds else "")
+    capped = ("(SELECT count(*) FROM matched) > $5::integer" if "event" in kinds
+              else "$5::integer < 0")  # no events: never (and $5 is still a parameter)
+    events = """SELECT kind, id, title, description, image_url, slug, date_info, handle, rank,
+               owner_user_id, viewer_role, profile_visible
+        FROM matched ORDER BY day_key, id LIMIT $4"""
     branches = "\n    UNION ALL\n".join(
-        f"({_branch(k, titles, negated, keyset)})" for k in KINDS if k in kinds)
+        f"({events if k == 'event' else _branch(k, True, negated, after)})"
+        for k in KINDS if k in kinds)
     return f"""
-    SELECT kind, id, title, description, image_url, slug, date_info, rank,
-           CASE WHEN profile_visible THEN handle END AS profile_handle
+    {_CTE}{matched}
+    SELECT {_OUT}, flag.capped
+    FROM (SELECT {capped} AS capped) flag LEFT JOIN ({branches}) hits ON true
+    """
+
+
+@functools.cache
+def sql_ordered_events(negated: bool, keyset: bool) -> str:
+    """The next `$4` events of tier 3 in events_search_order: for a word found in
+    more titles than `sql_titles` reads, with bitmap scans off (`ORDERED`)."""
+    return f"""
+    {_CTE}
+    SELECT {_OUT}
+    FROM ({_branch('event', True, negated, '$5' if keyset else None)}) hits
+    """
+
+
+@functools.cache
+def sql_rest(kinds: tuple[str, ...], negated: bool, keyset: bool) -> str:
+    """The next `$4` hits of tiers 2 and 1 among these kinds, by rank descending,
+    then id: every match below titles, read through the GIN indexes and sorted."""
+    branches = "\n    UNION ALL\n".join(
+        f"({_branch(k, False, negated, '$5' if keyset else None)})"
+        for k in KINDS if k in kinds)
+    return f"""
+    {_CTE}
+    SELECT {_OUT}
     FROM ({branches}) hits
     ORDER BY rank DESC, id
     LIMIT $4
     """
 
 
-# The tiers below titles are read in one statement, through the GIN indexes alone.
-# Their restriction has no statistics of its own (the query minus the tier above),
-# and on a million events the planner took a rare word for a common one and walked
-# the whole ordered index (6 s). Read this way, they cost what their matches cost,
-# as every search did before tiers: a word common in descriptions but not in
-# titles reads all its description matches.
-BITMAPS_ONLY = "SET LOCAL enable_indexscan = off; SET LOCAL enable_seqscan = off"
+# A word found in more titles than this is read in rank order through
+# events_search_order; one found in fewer, all of its title matches are sorted.
+TITLE_CAP = 1000
+ORDERED = "SET LOCAL enable_bitmapscan = off"
 
 
 # `-word` (after a space or at the start) excludes a word in web-search syntax.
@@ -174,12 +230,6 @@ def title_key(rank: float) -> int:
     return -round((rank - 3) * _DAY_SCALE)
 
 
-def arguments(text: str, prefix: bool, viewer_id: str, limit: int,
-              keyset: tuple[float, str] | None = None) -> tuple[object, ...]:
-    """The parameters of `sql`, in order."""
-    return (text, prefix, viewer_id, limit, *(keyset or ()))
-
-
 async def page(
     db: Database, kinds: Sequence[str], text: str, prefix: bool, viewer_id: str,
     after: tuple[float, str] | None, limit: int,
@@ -188,18 +238,23 @@ async def page(
     the rest if the page is not full."""
     chosen = tuple(k for k in KINDS if k in kinds)
     negated = is_negated(text)
-    in_titles = after is None or round(after[0]) == TIERS[0]
+    head = (text, prefix, viewer_id)
     rows: list[asyncpg.Record] = []
-    async with db.transaction() as tx:
-        await tx.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-        if in_titles:
-            keyset: tuple[float, str] | None = (title_key(after[0]), after[1]) if after else None
-            rows += await tx.fetch(sql(chosen, True, negated, keyset is not None),
-                                   *arguments(text, prefix, viewer_id, limit, keyset))
-        if len(rows) < limit:
-            await tx.execute(BITMAPS_ONLY)
-            keyset = None if in_titles or after is None else after
-            rows += await tx.fetch(sql(chosen, False, negated, keyset is not None),
-                                   *arguments(text, prefix, viewer_id, limit - len(rows),
-                                              keyset))
+    in_titles = after is None or round(after[0]) == TIERS[0]
+    if in_titles:
+        key = (title_key(after[0]), after[1]) if after else ()
+        found = await db.fetch(sql_titles(chosen, negated, bool(key)), *head, limit,
+                               TITLE_CAP, *key)
+        hits = [r for r in found if r["kind"] is not None]
+        if found[0]["capped"]:
+            async with db.transaction() as tx:
+                await tx.execute(ORDERED)
+                events = await tx.fetch(sql_ordered_events(negated, bool(key)), *head, limit,
+                                        *key)
+            hits = [r for r in hits if r["kind"] != "event"] + events
+        rows = sorted(hits, key=lambda r: (-r["rank"], r["id"]))[:limit]
+    if len(rows) < limit:
+        rest = () if in_titles or after is None else after
+        rows += await db.fetch(sql_rest(chosen, negated, bool(rest)), *head,
+                               limit - len(rows), *rest)
     return rows

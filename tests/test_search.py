@@ -468,17 +468,16 @@ async def test_a_page_costs_at_most_two_statements_whatever_its_size(
         assert status == 200, page
         return live_server.db.query_count - before, page
 
-    # Authentication, the custom plans' SET, tier 3, and if the page is not full,
-    # the SET that reads the rest by bitmaps and the rest: every hit here is in
-    # tier 3 (titles and names), so a page it fills stops there.
+    # Authentication, tier 3, and if the page is not full, the rest: every hit
+    # here is in tier 3 (titles and names), so a page it fills stops there.
     count, first = await queries(limit="1")
-    assert count == 3 and len(first["data"]) == 1
+    assert count == 2 and len(first["data"]) == 1
     count, page = await queries(limit="40", cursor=first["next_cursor"])
-    assert count == 3 and len(page["data"]) == 40
+    assert count == 2 and len(page["data"]) == 40
     count, page = await queries(limit="100")
-    assert count == 5 and len(page["data"]) == 51
+    assert count == 3 and len(page["data"]) == 51
     count, page = await queries(limit="100", type="event")
-    assert count == 5 and len(page["data"]) == 40
+    assert count == 3 and len(page["data"]) == 40
 
 
 # 60,000 events over 60 profiles and 4 years, titled from a vocabulary of 5,000
@@ -523,19 +522,24 @@ async def test_a_page_reads_a_bounded_number_of_rows_however_common_the_word(
     common, described, rare = word(), word(), word()
     viewer = "usr_" + "e" * 32
 
-    async def explained(conn: Any, titles: bool, text: str, limit: int,
-                        keyset: tuple[int, str] | None = None) -> tuple[Any, list[str]]:
-        statement = search_sql.sql(search_sql.KINDS, titles, False, keyset is not None)
-        args = search_sql.arguments(text, False, viewer, limit, keyset)
-        [row] = await conn.fetch("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, *args)
-        ids = [r["id"] for r in await conn.fetch(statement, *args)]
-        return orjson.loads(row[0])[0]["Plan"], ids
-
     async def brute(conn: Any, text: str, column: str) -> list[str]:
         rows = await conn.fetch(
             f"SELECT id FROM events WHERE {column} ILIKE '%' || $1 || '%' "
             "ORDER BY -search_day(start_time), id", text)
         return [r["id"] for r in rows]
+
+    async def run(conn: Any, statement: str, text: str, *more: Any) -> tuple[Any, list[Any]]:
+        args = (text, False, viewer, 21, *more)
+        [row] = await conn.fetch("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, *args)
+        return orjson.loads(row[0])[0]["Plan"], await conn.fetch(statement, *args)
+
+    def event_ids(rows: list[Any]) -> list[str]:
+        return [r["id"] for r in rows if r["kind"] == "event"]
+
+    cap = search_sql.TITLE_CAP
+    in_titles = search_sql.sql_titles(search_sql.KINDS, False, False)
+    ordered = search_sql.sql_ordered_events(False, False)
+    rest = search_sql.sql_rest(search_sql.KINDS, False, False)
 
     async def check() -> None:
         async with live_server.db.pool.acquire() as conn:
@@ -544,34 +548,43 @@ async def test_a_page_reads_a_bounded_number_of_rows_however_common_the_word(
             try:
                 await conn.execute(_SEED.replace("$1", common).replace("$2", described)
                                    .replace("$3", rare))
-                await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
                 titled = await brute(conn, common, "title")
                 assert len(titled) == 6000
-                plan, first = await explained(conn, True, common, 21)
-                assert first == titled[:21]
+                # Tier 3 stops after cap + 1 title matches: the word is common...
+                plan, found = await run(conn, in_titles, common, cap)
+                assert found[0]["capped"], found
+                assert _rows_read(plan, "events") <= 2 * (cap + 1), plan
+                # ... and is read in rank order, a few hundred rows for a page.
+                await conn.execute(search_sql.ORDERED)
+                plan, first = await run(conn, ordered, common)
+                assert event_ids(first) == titled[:21]
+                assert "events_search_order" in _indexes(plan), plan
                 assert _rows_read(plan, "events") <= 1000, plan
                 # The next page starts from its keyset in the same index.
                 last = await conn.fetchrow(
                     "SELECT -search_day(start_time) AS key, id FROM events WHERE id = $1",
-                    first[-1])
-                plan, second = await explained(conn, True, common, 21, (last["key"], last["id"]))
-                assert second == titled[21:42]
+                    first[-1]["id"])
+                plan, second = await run(conn, search_sql.sql_ordered_events(False, True),
+                                         common, last["key"], last["id"])
+                assert event_ids(second) == titled[21:42]
                 assert _rows_read(plan, "events") <= 1000, plan
+                await conn.execute("SET LOCAL enable_bitmapscan = on")
 
-                plan, found = await explained(conn, True, rare, 21)
-                assert found == await brute(conn, rare, "title") and len(found) == 6
+                # A rare word: its few title matches, through the GIN index, sorted.
+                plan, found = await run(conn, in_titles, rare, cap)
+                assert not found[0]["capped"]
+                assert event_ids(found) == await brute(conn, rare, "title")
+                assert len(event_ids(found)) == 6
                 assert "events_title_search" in _indexes(plan), plan
-                assert _rows_read(plan, "events") <= 6, plan
-
-                plan, found = await explained(conn, True, described, 21)
-                assert found == [] and _rows_read(plan, "events") == 0, plan
-                # Below titles, as page() reads them: through the GIN index, so a rare
-                # word costs its few matches whatever the statistics say.
-                await conn.execute(search_sql.BITMAPS_ONLY)
-                plan, found = await explained(conn, False, rare, 21)
+                assert _rows_read(plan, "events") <= 2 * 6, plan
+                plan, found = await run(conn, rest, rare)
                 assert found == [] and _rows_read(plan, "events") <= 6, plan
-                plan, found = await explained(conn, False, described, 21)
-                assert found == (await brute(conn, described, "description"))[:21]
+
+                # Found only in descriptions: nothing read for titles, tier 2 sorted.
+                plan, found = await run(conn, in_titles, described, cap)
+                assert event_ids(found) == [] and _rows_read(plan, "events") == 0, plan
+                plan, found = await run(conn, rest, described)
+                assert event_ids(found) == (await brute(conn, described, "description"))[:21]
                 assert "events_search" in _indexes(plan), plan
             finally:
                 await tx.rollback()
@@ -614,8 +627,10 @@ async def test_every_kind_can_be_read_through_its_gin_index(live_server: Any) ->
                 await conn.execute("SET LOCAL enable_indexscan = off")
                 found = []
                 for titles in (True, False):
-                    statement = search_sql.sql(search_sql.KINDS, titles, False, False)
-                    args = search_sql.arguments(rare, False, "usr_" + "e" * 32, 20)
+                    statement = (search_sql.sql_titles if titles else search_sql.sql_rest)(
+                        search_sql.KINDS, False, False)
+                    args = (rare, False, "usr_" + "e" * 32, 20,
+                            *((search_sql.TITLE_CAP,) if titles else ()))
                     found.append(orjson.loads(await conn.fetchval(
                         "EXPLAIN (FORMAT JSON) " + statement, *args))[0]["Plan"])
                 return found

@@ -14,9 +14,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT floor(extract(epoch FROM at) / 86400)::integer $$;
 
 -- The title's words alone, as search_words writes them into search_tsv (weight
--- A). Its own column, so that the planner's statistics tell a word common in
--- titles from one common only in descriptions: it chooses the ordered index for
--- the one and the GIN index for the other.
+-- A), with a GIN index of their own: tier 3's matches are counted and read
+-- without the descriptions' and locations' matches.
 ALTER TABLE events ADD COLUMN title_tsv tsvector
     GENERATED ALWAYS AS (search_words(title, 'A')) STORED;
 CREATE INDEX events_title_search ON events USING gin (title_tsv);
