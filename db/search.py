@@ -52,8 +52,9 @@ TIERS = (3, 2, 1)
 _DAY_SCALE = 10_000_000
 
 # Parameters: $1 the text, $2 whether its last word is a prefix, $3 the viewer,
-# $4 the row count; with a keyset, $5 and $6: the negated day and id the page
-# starts after within the statement's tier.
+# $4 the row count; then `sql_titles` takes the cap as $5 and a keyset (negated
+# day, id) as $6, $7; `sql_ordered_events` that keyset as $5, $6; `sql_rest` a
+# keyset (rank, id) as $5, $6.
 
 
 def _parsed(config: str) -> str:
