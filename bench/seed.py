@@ -26,7 +26,8 @@ What it writes, the same at every size but for the number of events:
   `db.subscriptions.insert_new`, each then synced by the sync job's own handler
   (`kalends.sync.run_sync`), which writes the copies into the user's calendar as the service
   does (and whatever it derives for them, e.g. the series ends of migration 0017);
-- then every settle step the checkout has (`SETTLE_STEPS`), and ANALYZE.
+- then every settle step the checkout has (`SETTLE_STEPS`), ANALYZE, and the steps that
+  follow it (`ANALYZED_STEPS`).
 
 Ids are those of `kalends.ids.new_id`, made reproducible by drawing the uuid4 it calls from a
 seeded generator: the same size gives the same ids in every database, so a baseline's
@@ -86,6 +87,8 @@ BATCH = 20_000
 SETTLE_STEPS = (("kalends.agenda", "settle_recurrence_ends"),)
 """(module, function(db)) run once everything is written, when the checkout has them: what
 the service fills after a write rather than in it."""
+ANALYZED_STEPS = (("db.search", "refresh_words"),)
+"""Likewise, run after ANALYZE: what the service derives from the statistics."""
 
 
 def reproducible_ids(seed: str) -> None:
@@ -289,9 +292,10 @@ async def _subscribe(db: Database, user_id: str, profile_ids: list[str]) -> None
         await sync.run_sync(db, {"scope": "subscription", "id": subscription_id})
 
 
-async def _settle(db: Database) -> list[str]:
+async def _settle(db: Database, steps: tuple[tuple[str, str], ...] = SETTLE_STEPS
+                  ) -> list[str]:
     done = []
-    for module_name, name in SETTLE_STEPS:
+    for module_name, name in steps:
         module = __import__(module_name, fromlist=[name])
         step = getattr(module, name, None)
         if step is not None:
@@ -335,6 +339,7 @@ async def seed(dsn: str, size: int) -> dict[str, Any]:
         settled = await _settle(db)
         lap("subscriptions")
         await conn.execute("VACUUM ANALYZE")
+        settled += await _settle(db, ANALYZED_STEPS)
         lap("vacuum_analyze")
         copies = await conn.fetchval(
             "SELECT count(*) FROM calendar_events WHERE calendar_id = $1", bench["calendar_id"])

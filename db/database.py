@@ -32,6 +32,10 @@ class Database:
             dsn, min_size=min_size, max_size=max_size, init=_init_connection,
             reset=_keep_session,
             timeout=5, command_timeout=30,
+            # No parallel plans: a request's statement reads few rows, and the workers
+            # of a parallel one cost more to start (milliseconds, measured in search
+            # at a million events) than they save, on cores other requests need.
+            server_settings={"max_parallel_workers_per_gather": "0"},
         )
         return cls(pool, dsn)
 

@@ -1,7 +1,7 @@
 """Full-text search over events, profiles and series, ranked without reading
 every match.
 
-The tsvector columns and their GIN indexes are in migrations 0005 and 0016. The
+The tsvector columns and their GIN indexes are in migrations 0005, 0016 and 0020. The
 user's text reaches SQL only as a bound parameter: `websearch_to_tsquery` parses
 it (quotes, `or`, `-` as a search box does; it never fails on odd input), once
 with each configuration the columns are indexed with, and the two are ORed. For
@@ -16,17 +16,30 @@ anywhere, the location included. The same query restricted to weights (`:A`,
 `:AB`) decides it. Within a tier the latest day comes first: an event's start,
 a profile's or series' creation; then id.
 
-Tier 3 is read first. Its events are looked for among the first TITLE_CAP + 1
-title matches, read in no order through the GIN index of titles: a word found
-in fewer titles is sorted whole. A word found in more is read in rank order
-from `events_search_order` (bitmap scans off, so the planner cannot sort 10,000
-matches instead), stopping at the page's end: the first page of a word in
-10,000 titles reads some hundreds of rows, not 10,000. The decision is made
-from the count, not from the planner's statistics, which at a million events
-took a rare word for a common one. If the page is not full, tiers 2 and 1
-follow in one more statement: every match below titles, through the GIN
-indexes, sorted (a word common in descriptions but rare in titles costs what
-its description matches cost, as every search did before tiers).
+Tier 3 is read first, in one of three ways, so that no page counts or sorts
+the matches of a common word:
+- A word the statistics count in more than TITLE_CAP titles, and often enough
+  for a page within half a walk (`search_title_words`: ANALYZE's most common
+  elements of `title_tsv`, refreshed by `refresh_words`), walks
+  `events_search_order` (rank order, the title's words included) and tests
+  each entry's words in the index alone, stopping at the page's end or after
+  WALK entries: the first page of a word in 1 % of titles reads about 2,100
+  index entries and no row that does not match (at a million events, 4 ms
+  instead of 40). Should the walk not fill the page (the statistics were
+  wrong, or the matches are private), the next way is taken in the same
+  statement.
+- Otherwise the events among the first TITLE_CAP + 1 visible title matches are
+  read through the GIN index of titles, in no order, and sorted whole.
+- A word found in more titles than that (one the statistics missed, or too
+  rare for a walk of WALK entries) is walked by one more statement without the
+  bound, with bitmap scans off so that the planner cannot sort every match
+  instead.
+The statistics only choose the way: every way gives the same page.
+
+If the page is not full, tiers 2 and 1 follow in one more statement: every
+match below titles, through the GIN indexes, sorted (a word common in
+descriptions but rare in titles costs what its description matches cost, as
+every search did before tiers).
 
 Visibility is decided in the statements, by the same SQL as every other read
 (db/visibility.py): events and series by their profile's rule, profiles by
@@ -46,6 +59,17 @@ from db.database import Database
 
 KINDS = ("event", "profile", "series")
 TIERS = (3, 2, 1)
+# A word found in more titles than this is read in rank order through
+# events_search_order; one found in fewer, all of its title matches are sorted.
+TITLE_CAP = 1000
+# The most entries of events_search_order one walk tests: an index-only read of
+# about 20 ms at most (0.65 us an entry on 2 shared cores); a page of 21 in it
+# when the word is in 1 title in 700 or more.
+WALK = 30_000
+# For the unbounded walk: neither a bitmap nor a sequential scan, which would
+# read and sort every match; for the transaction only.
+ORDERED = ("SELECT set_config('enable_bitmapscan', 'off', true),"
+           " set_config('enable_seqscan', 'off', true)")
 # The day's share of a rank: days since 1970 divided by this stay below 0.3
 # until the year 29349, so tiers never meet, and tier + day / 10^7 is exact
 # in a float8 (8 significant digits): ranks order as (tier, day) do.
@@ -154,31 +178,84 @@ def _branch(kind: str, titles: bool, negated: bool, keyset: str | None,
         {tail}"""
 
 
+def _walked(negated: bool, keyset: str | None, bound: int | None = WALK) -> str:
+    """Tier 3's next `$4` events by walking events_search_order: of its first WALK
+    entries (after the keyset), those whose title words match, tested in the index
+    alone; only those rows are then read, for visibility and what the page shows."""
+    after = (f"WHERE (-search_day(start_time), id) > ({keyset}::integer,"
+             f" ${int(keyset[1:]) + 1}::text)" if keyset else "")
+    negation = f"AND e.search_tsv @@ {_FROM_CTE['']}" if negated else ""
+    return f"""
+        SELECT {_COLUMNS['event']},
+               {_rank('e.search_tsv', True, 'search_day(e.start_time)')} AS rank,
+               {visibility.columns('$3')}
+        FROM (
+            SELECT w.id, w.day_key FROM (
+                SELECT id, -search_day(start_time) AS day_key, title_tsv FROM events {after}
+                ORDER BY -search_day(start_time), id {f"LIMIT {bound}" if bound else ""}
+            ) w
+            WHERE w.title_tsv @@ {_FROM_CTE['']}
+        ) hit
+        JOIN events e ON e.id = hit.id {visibility.join_profile('e', '$3')}
+        WHERE {visibility.visible('e', '$3')} {negation}
+        ORDER BY hit.day_key, hit.id
+        LIMIT $4"""
+
+
+# Whether to walk: the least common of the words as typed (their `simple` parse:
+# a stem or a prefix may match more titles, never fewer) is in more than `$5`
+# titles, and common enough that a page is expected within half a walk. A word
+# that `search_title_words` does not list counts as in no title.
+_WALK = f"""
+        SELECT coalesce(min(coalesce(w.titles, 0)), 0) > $5::integer
+               AND coalesce(min(coalesce(w.share, 0)), 0) * {WALK} >= 2 * $4::integer AS walk
+        FROM regexp_matches(websearch_to_tsquery('simple', $1::text)::text,
+                            '''((?:[^'']|'''')*)''', 'g') AS m
+        LEFT JOIN search_title_words w ON w.lexeme = replace(m[1], '''''', '''')"""
+
+
 _OUT = """kind, id, title, description, image_url, slug, date_info, rank,
            CASE WHEN profile_visible THEN handle END AS profile_handle"""
+_FIELDS = """kind, id, title, description, image_url, slug, date_info, handle, rank,
+               owner_user_id, viewer_role, profile_visible"""
 
 
 @functools.cache
 def sql_titles(kinds: tuple[str, ...], negated: bool, keyset: bool) -> str:
     """Tier 3 of these kinds (a non-empty subset of KINDS), each kind's next `$4`
-    hits, unmerged; events only among their first `$5` + 1 visible title matches,
-    read in no order through the GIN index, and every row says whether there were
-    more (`capped`): then events_search_order must be walked instead
-    (`sql_ordered_events`). One row with a null `kind` at least, so the answer is
-    never empty."""
+    hits, unmerged. Events are walked in rank order if the word is common
+    (`_walked`); if not, or if the walk did not fill the page, they are found among
+    their first `$5` + 1 visible title matches, read in no order through the GIN
+    index, and every row says whether there were more (`capped`): then
+    events_search_order must be read instead (`sql_ordered_events`). One row with a
+    null `kind` at least, so the answer is never empty."""
     after = "$6" if keyset else None
-    matched = (f""", matched AS MATERIALIZED ({_branch(
-        'event', True, negated, after, first='$5::integer + 1')})""" if "event" in kinds else "")
-    capped = ("(SELECT count(*) FROM matched) > $5::integer" if "event" in kinds
-              else "$5::integer < 0")  # no events: never (and $5 is still a parameter)
-    events = """SELECT kind, id, title, description, image_url, slug, date_info, handle, rank,
-               owner_user_id, viewer_role, profile_visible
-        FROM matched ORDER BY day_key, id LIMIT $4"""
+    ctes = ""
+    capped = "$5::integer < 0"  # no events: never (and $5 is still a parameter)
+    if "event" in kinds:
+        # Each CTE runs only when first read, and each InitPlan when first needed
+        # (the CASEs below), so a walked page never reads the GIN index, and a rare
+        # word never walks.
+        ctes = f""",
+    walk AS MATERIALIZED ({_WALK}),
+    walked AS MATERIALIZED ({_walked(negated, after)}),
+    matched AS MATERIALIZED ({_branch(
+            'event', True, negated, after, first='$5::integer + 1')}),
+    done AS MATERIALIZED (
+        SELECT CASE WHEN (SELECT walk FROM walk)
+                    THEN (SELECT count(*) FROM walked) >= $4::integer ELSE false END AS walked
+    )"""
+        capped = ("CASE WHEN (SELECT walked FROM done) THEN false"
+                  " ELSE (SELECT count(*) FROM matched) > $5::integer END")
+    events = f"""SELECT {_FIELDS} FROM walked WHERE (SELECT walked FROM done))
+    UNION ALL
+    (SELECT {_FIELDS} FROM matched WHERE NOT (SELECT walked FROM done)
+        ORDER BY day_key, id LIMIT $4"""
     branches = "\n    UNION ALL\n".join(
         f"({events if k == 'event' else _branch(k, True, negated, after)})"
         for k in KINDS if k in kinds)
     return f"""
-    {_CTE}{matched}
+    {_CTE}{ctes}
     SELECT {_OUT}, flag.capped
     FROM (SELECT {capped} AS capped) flag LEFT JOIN ({branches}) hits ON true
     """
@@ -187,11 +264,12 @@ def sql_titles(kinds: tuple[str, ...], negated: bool, keyset: bool) -> str:
 @functools.cache
 def sql_ordered_events(negated: bool, keyset: bool) -> str:
     """The next `$4` events of tier 3 in events_search_order: for a word found in
-    more titles than `sql_titles` reads, with bitmap scans off (`ORDERED`)."""
+    more titles than `sql_titles` reads, with bitmap and sequential scans off
+    (`ORDERED`)."""
     return f"""
     {_CTE}
     SELECT {_OUT}
-    FROM ({_branch('event', True, negated, '$5' if keyset else None)}) hits
+    FROM ({_walked(negated, '$5' if keyset else None, bound=None)}) hits
     """
 
 
@@ -211,10 +289,6 @@ def sql_rest(kinds: tuple[str, ...], negated: bool, keyset: bool) -> str:
     """
 
 
-# A word found in more titles than this is read in rank order through
-# events_search_order; one found in fewer, all of its title matches are sorted.
-TITLE_CAP = 1000
-ORDERED = "SET LOCAL enable_bitmapscan = off"
 
 
 # `-word` (after a space or at the start) excludes a word in web-search syntax.
@@ -259,3 +333,14 @@ async def page(
         rows += await db.fetch(sql_rest(chosen, negated, bool(rest)), *head,
                                limit - len(rows), *rest)
     return rows
+
+
+async def refresh_words(db: Database) -> None:
+    """Copy the statistics' most common title words into `search_title_words`,
+    which decides whether a word's titles are walked (`sql_titles`). Run after
+    ANALYZE has seen the titles: in the background, hourly (autovacuum analyzes
+    a table as it changes). Readers are not blocked."""
+    await db.execute(REFRESH_WORDS)
+
+
+REFRESH_WORDS = "REFRESH MATERIALIZED VIEW CONCURRENTLY search_title_words"

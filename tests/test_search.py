@@ -550,7 +550,8 @@ async def test_a_page_reads_a_bounded_number_of_rows_however_common_the_word(
                                    .replace("$3", rare))
                 titled = await brute(conn, common, "title")
                 assert len(titled) == 6000
-                # Tier 3 stops after cap + 1 title matches: the word is common...
+                # Before the common words are refreshed from the statistics, tier 3
+                # stops after cap + 1 title matches: the word is common...
                 plan, found = await run(conn, in_titles, common, cap)
                 assert found[0]["capped"], found
                 assert _rows_read(plan, "events") <= 2 * (cap + 1), plan
@@ -568,7 +569,30 @@ async def test_a_page_reads_a_bounded_number_of_rows_however_common_the_word(
                                          common, last["key"], last["id"])
                 assert event_ids(second) == titled[21:42]
                 assert _rows_read(plan, "events") <= 1000, plan
-                await conn.execute("SET LOCAL enable_bitmapscan = on")
+                await conn.execute("SET LOCAL enable_bitmapscan = on; SET LOCAL enable_seqscan = on")
+
+                # Once they are, the same page is walked in rank order in the first
+                # statement: the index's entries are tested, not the rows, and only
+                # the matches are read; the GIN index is not read at all.
+                await conn.execute(search_sql.REFRESH_WORDS)
+                plan, walked = await run(conn, in_titles, common, cap)
+                assert not walked[0]["capped"] and event_ids(walked) == titled[:21]
+                assert _rows_read(plan, "events") <= 21 * 10 * 2 + 21, plan
+                assert _index_rows(plan, "events_title_search") == 0, plan
+                assert _index_rows(plan, "events_search_order") <= 21 * 10 * 2, plan
+                plan, walked = await run(conn, search_sql.sql_titles(search_sql.KINDS, False, True),
+                                         common, cap, last["key"], last["id"])
+                assert event_ids(walked) == titled[21:42]
+                assert _index_rows(plan, "events_title_search") == 0, plan
+                # A walk that does not fill the page (here: most of those titles are
+                # private to a stranger) falls back to the GIN index in the same
+                # statement, and still finds every visible match, in rank order.
+                public = titled[::1500]
+                await conn.execute("UPDATE events SET is_private = NOT (id = ANY($1)) "
+                                   "WHERE id = ANY($2)", public, titled)
+                args = (common, False, "usr_" + "f" * 32, 21, cap)
+                found = await conn.fetch(in_titles, *args)
+                assert not found[0]["capped"] and event_ids(found) == public
 
                 # A rare word: its few title matches, through the GIN index, sorted.
                 plan, found = await run(conn, in_titles, rare, cap)
@@ -599,6 +623,15 @@ def _rows_read(node: dict[str, Any], relation: str) -> int:
         read += node["Actual Rows"] * node.get("Actual Loops", 1)
         read += node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
     return read + sum(_rows_read(child, relation) for child in node.get("Plans", ()))
+
+
+def _index_rows(node: dict[str, Any], index: str) -> int:
+    """Entries a plan read from `index`, kept or filtered away by the node above."""
+    read = 0
+    if node.get("Index Name") == index:
+        read += node["Actual Rows"] * node.get("Actual Loops", 1)
+        read += node.get("Rows Removed by Filter", 0)
+    return read + sum(_index_rows(child, index) for child in node.get("Plans", ()))
 
 
 def _indexes(node: dict[str, Any]) -> set[str]:
