@@ -96,23 +96,38 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-async def lock_profiles(tx: Tx, event_ids: Sequence[str]) -> None:
-    """Serialize the reconciliations that touch one profile's events until the
-    transaction ends, so an older view never overwrites a newer one."""
-    profile_ids = await tx.fetch(
+async def try_lock_profiles(tx: Tx, event_ids: Sequence[str]) -> set[str]:
+    """Take, until the transaction ends, the sync lock of each profile whose
+    reconciliation the events touch (theirs, and their copies' sources) that no
+    other transaction holds, without waiting: it serializes the reconciliations of
+    one profile's events, so an older view never overwrites a newer one. Returns
+    the events not covered: some profile of theirs is locked elsewhere (empty when
+    every lock was taken)."""
+    ids = list(event_ids)
+    touched = await tx.fetch(
         """
-        SELECT profile_id FROM events WHERE id = ANY($1::text[])
+        SELECT id, profile_id FROM events WHERE id = ANY($1::text[])
         UNION
-        SELECT source_profile_id FROM calendar_events WHERE source_event_id = ANY($1::text[])
-        ORDER BY 1
+        SELECT source_event_id, source_profile_id FROM calendar_events
+        WHERE source_event_id = ANY($1::text[])
         """,
-        list(event_ids),
+        ids,
     )
-    for row in profile_ids:  # in a fixed order: two jobs never wait on each other
-        await lock_profile(tx, row[0])
+    if not touched:
+        return set()
+    # Every row's lock is tried (a filter over a plain scan); trying never waits,
+    # so the order does not matter and no two jobs wait on each other.
+    busy = {r[0] for r in await tx.fetch(
+        "SELECT p FROM unnest($1::text[]) AS p"
+        " WHERE NOT pg_try_advisory_xact_lock(hashtextextended('kalends:sync:' || p, 0))",
+        sorted({r[1] for r in touched}),
+    )}
+    return {r[0] for r in touched if r[1] in busy}
 
 
 async def lock_profile(tx: Tx, profile_id: str) -> None:
+    """Wait for the profile's sync lock and hold it until the transaction ends
+    (sync jobs of the profile then wait, holding no connection)."""
     await tx.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended('kalends:sync:' || $1, 0))", profile_id
     )

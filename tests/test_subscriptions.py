@@ -386,6 +386,51 @@ async def _hold_sync_lock(database_url: str, profile_id: str, db: Any) -> asyncp
     return conn
 
 
+_LOCK_WAITERS = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+
+
+async def test_sync_jobs_of_a_locked_profile_hold_no_connection_and_run_once_it_is_free(
+    api: Any, make_user: Any, live_server: Any, database_url: str
+) -> None:
+    owner, profile = await publisher(api, make_user)
+    tag = handle("t")
+    events = [await new_event(api, owner, profile, title=f"{tag} {i}") for i in range(8)]
+    before = {f"{tag} {i}" for i in range(8)}
+    after = {f"{tag} {i} moved" for i in range(8)}
+    fan = await make_user()
+    await subscribe(api, fan, subscription_type="profile", profile_id=profile["id"])
+    other_owner, other = await publisher(api, make_user)
+    among = before | after | {f"{tag} elsewhere"}
+    await until_titles(api, fan, before, among)
+
+    held = await _hold_sync_lock(database_url, profile["id"], live_server.db)
+    try:
+        # More changes than the jobs' pool has connections (4), each a sync job
+        # that finds its profile locked.
+        for i, event in enumerate(events):
+            status, _, _ = await api.patch(f"/v1/events/{event['id']}", owner,
+                                           json={"title": f"{tag} {i} moved"})
+            assert status == 200
+
+        async def picked() -> bool:
+            return bool(await held.fetchval(
+                "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'sync' AND status = 'picked'"))
+
+        await eventually(picked, "the sync jobs taken by the worker")
+        # They wait without a connection: none waits for the lock in the database...
+        for _ in range(10):
+            assert await held.fetchval(_LOCK_WAITERS) == 0
+            await asyncio.sleep(0.05)
+        # ...so another profile's changes are synced meanwhile.
+        await new_event(api, other_owner, other, title=f"{tag} elsewhere")
+        await subscribe(api, fan, subscription_type="profile", profile_id=other["id"])
+        await until_titles(api, fan, before | {f"{tag} elsewhere"}, among)
+    finally:
+        await held.close()
+    # Once the lock is free, every change is applied.
+    await until_titles(api, fan, after | {f"{tag} elsewhere"}, among)
+
+
 async def test_unsubscribe_removes_the_copies_through_a_cleanup_job(
     api: Any, make_user: Any, live_server: Any, database_url: str
 ) -> None:

@@ -308,6 +308,46 @@ async def test_a_message_waiting_for_its_retry_holds_back_only_its_own_event(
     assert got[2].at < receiver.got[0].at + 2.5
 
 
+async def test_delivery_goes_on_while_the_profiles_sync_jobs_wait_for_its_lock(
+    hapi: Api, hooks: LiveServer, receiver: Receiver,
+) -> None:
+    """Each change queues a sync job (subscribers' copies) beside its message. With
+    the profile's sync lock held elsewhere, those jobs wait, and more of them than
+    the jobs' pool has connections (4) hold none: the messages go meanwhile."""
+    from db import sync as sync_store
+    from db.database import Tx
+
+    owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/busy",
+                                            event_types=["event.updated"])
+    events = [await new_event(hapi, owner, profile, title=f"Busy {i}") for i in range(8)]
+    async with hooks_conn(hooks) as held:
+        await held.execute("BEGIN")
+        await sync_store.lock_profile(Tx(held, hooks.db), profile["id"])
+        for i, event in enumerate(events):
+            status, _, _ = await hapi.patch(f"/v1/events/{event['id']}", owner,
+                                            json={"title": f"Busy {i} moved"})
+            assert status == 200
+        got = await receiver.wait_ok(len(events), seconds=10)
+        assert {_verified(endpoint["secret"], d)["data"]["title"] for d in got} == {
+            f"Busy {i} moved" for i in range(len(events))}
+        # The sync jobs still wait for the lock, holding no connection in it.
+        assert await held.fetchval(
+            "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'sync'") >= len(events)
+        assert await held.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == 0
+        await held.execute("ROLLBACK")
+
+    async def synced() -> bool:
+        async with hooks_conn(hooks) as conn:
+            return not await conn.fetchval(
+                "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'sync'")
+
+    deadline = time.monotonic() + 20
+    while not await synced():
+        assert time.monotonic() < deadline, "the sync jobs did not finish once the lock was free"
+        await asyncio.sleep(0.05)
+
+
 async def _wait_until(check: Any, seconds: float = 20) -> None:
     deadline = time.monotonic() + seconds
     while not check():

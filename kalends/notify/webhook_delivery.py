@@ -54,6 +54,9 @@ PER_ENDPOINT = 4
 slow or failing events do not stall the rest, few enough not to flood a receiver."""
 PER_PROCESS = 64
 """Requests in flight from one process, across every endpoint."""
+POOL_SIZE = 8
+"""Connections of delivery's own pool in each worker (kalends/service/job_handlers.py):
+a sender holds one only for a statement, never across a request."""
 _MAX_RETRY_AFTER = timedelta(days=1)
 _UNKNOWN: Mapping[str, Any] = {"seq": None}
 """A lane's head not read yet (distinct from a lane found empty)."""

@@ -13,6 +13,7 @@ from aiohttp import web
 import kalends.operations  # noqa: F401  (registers every operation)
 import mcp_bridge
 from db import ratelimits
+from db import search as search_store
 from db import webhooks as webhook_store
 from db.database import Database
 from graph import http as graph_http
@@ -21,12 +22,11 @@ from graph import ws as graph_ws
 from graph.context import Services
 from graph.schema import schema
 from kalends import agenda, instance_secrets, registry
-from kalends.connected.engine import connected_jobs, open_vault
+from kalends.connected.engine import open_vault
 from kalends.errors import ApiError
 from kalends.pagination import Cursors
 from kalends.registry import payloads as webhook_payloads
-from kalends.service import config, housekeeping, jobs
-from kalends.service.job_handlers import all_handlers
+from kalends.service import config, housekeeping, job_handlers, jobs
 from kalends.service.services import DRAIN, SERVICES, SETTINGS
 from kalends.web import metrics, protocol
 from kalends.web.draining import Drain
@@ -73,7 +73,8 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
             3600, "prune delivered webhook messages",
             lambda: webhook_store.prune(db, WEBHOOK_RETENTION)))
         if run_jobs if run_jobs is not None else settings.jobs_in_process:
-            # A pool of its own: jobs never take the connections requests need.
+            # A pool of its own: jobs never take the connections requests need
+            # (and webhook delivery has one of its own besides: job_handlers).
             jobs_db = await Database.connect(dsn, min_size=1, max_size=4)
             # Recurring rows whose series' end is not stored yet (written before
             # migration 0017, or in bulk) are read by every agenda until it is:
@@ -82,14 +83,19 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
             settler = asyncio.create_task(housekeeping.every(
                 3600, "store recurring series' ends",
                 lambda: agenda.settle_recurrence_ends(jobs_db), first=1))
-            async with connected_jobs(jobs_db, settings) as handlers:
-                worker = jobs.Worker(jobs_db, dsn, all_handlers(settings, handlers),
-                                     settings.job_heartbeat)
+            # Which words search walks in rank order (db/search.py): from the title
+            # statistics, which autovacuum's ANALYZE keeps current.
+            words = asyncio.create_task(housekeeping.every(
+                3600, "refresh search's common words",
+                lambda: search_store.refresh_words(jobs_db), first=30))
+            async with job_handlers.opened(dsn, settings, jobs_db) as handlers:
+                worker = jobs.Worker(jobs_db, dsn, handlers, settings.job_heartbeat)
                 task = asyncio.create_task(worker.run())
                 yield
                 worker.stop()
                 await jobs.finish(task)
             settler.cancel()
+            words.cancel()
             await jobs_db.close()
         else:
             yield

@@ -365,16 +365,13 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 async def _run_worker(dsn: str, settings: config.Settings) -> None:
-    from kalends.connected.engine import connected_jobs
-    from kalends.service import jobs
-    from kalends.service.job_handlers import all_handlers
+    from kalends.service import job_handlers, jobs
 
     await migrate(dsn)
     db = await Database.connect(dsn, min_size=1, max_size=20)
     try:
-        async with connected_jobs(db, settings) as handlers:
-            worker = jobs.Worker(db, dsn, all_handlers(settings, handlers),
-                                 settings.job_heartbeat)
+        async with job_handlers.opened(dsn, settings, db) as handlers:
+            worker = jobs.Worker(db, dsn, handlers, settings.job_heartbeat)
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, worker.stop)
