@@ -20,6 +20,12 @@ requests/s, and the ratio of the largest size's p50 to the smallest's (flagged a
 `--baseline DIR`: another checkout (`git worktree add DIR <commit>`), seeded with its own
 migrations and code into its own databases, served at the same time and measured A B A B per
 request kind (`--rounds` times); both tables and the after/before p50 ratios are printed.
+The agenda is also measured against its floor (`trim_to_window`): at each size, another copy
+of the template in which the bench user's calendars hold only the rows with an occurrence in
+the 31-day window, served by its own `kalends serve`, checked to give the same answer, and
+measured by the same request right after the real one; the last table gives agenda p50 /
+floor p50 (flagged above 1.5). Only the measured checkout gets a floor.
+
 `--check`: after measuring a size, create one event, one subscription copy and one RSVP
 through the API and compare their rows' shapes with the seeded rows'. `--explain`: EXPLAIN
 (ANALYZE, BUFFERS) of the search and agenda statements, run by this checkout's functions.
@@ -199,6 +205,8 @@ class Target:
     rsvp_event_ids: list[str] = field(default_factory=list)
     deep_cursor: str = ""
     token: str = field(default_factory=lambda: secrets.token_hex(3))
+    floor_of: Target | None = None
+    """For an agenda floor: the target whose agenda it is the floor of."""
 
 
 async def _targets_of(target: Target, needed: int) -> None:
@@ -288,6 +296,76 @@ def _scenario(kind: Kind, target: Target) -> Scenario:
 
 
 # ---------------------------------------------------------------------------
+# The agenda's floor
+
+
+AGENDA = "GET /v1/agenda?days=31"
+AGENDA_DAYS = 31
+
+
+async def trim_to_window(dsn: str) -> str:
+    """Deletes from database `dsn` every row of the bench user's calendars that has no
+    occurrence in the agenda's window (AGENDA_DAYS days from today in the user's zone, as
+    `GET /v1/agenda?days=31` resolves it), then VACUUM ANALYZE: what is left is the least the
+    agenda must read, expand and build to give the same answer. Which rows meet the window
+    is decided by this checkout's own functions: the agenda's statement
+    (`db.agenda.events`) and its expansion (`kalends.agenda.spans`); a row whose expansion
+    fails is kept (it makes the answer incomplete). Rows that meet the window but fall past
+    the answer's MAX_ITEMS cut are kept too: they are why the answer says `complete: false`.
+    Returns what was kept, in words."""
+    from db import agenda as store
+    from db.database import Database
+    from kalends import agenda
+
+    db = await Database.connect(dsn, min_size=1, max_size=2)
+    try:
+        user = await db.fetchrow("SELECT id, timezone FROM users WHERE email = $1",
+                                 BENCH_EMAIL)
+        assert user is not None
+        w = agenda.window(agenda.resolve_zone(None, user["timezone"]), None, AGENDA_DAYS)
+        calendars = [r["id"] for r in await store.calendars(db, user["id"], None, None)
+                     if r["provider"] == agenda.PROVIDER]
+        read = await store.events(db, user["id"], calendars, w.start, w.end, w.first_day,
+                                  w.end_date)
+        needed = [r["id"] for r in read if agenda.spans(r, w) != ([], None)]
+        held = await db.fetchval(
+            "SELECT count(*) FROM calendar_events WHERE calendar_id = ANY($1::text[])",
+            calendars)
+        await db.execute(
+            "DELETE FROM calendar_events WHERE calendar_id = ANY($1::text[])"
+            " AND NOT id = ANY($2::text[])", calendars, needed)
+        await db.execute("VACUUM ANALYZE")
+    finally:
+        await db.close()
+    return (f"agenda floor: kept the {len(needed)} rows of the bench user's calendars that "
+            f"meet the window from {w.first_day} (of {held}; the agenda's statement read "
+            f"{len(read)})")
+
+
+async def _agenda_answer(target: Target) -> dict[str, Any]:
+    return await _api(target, "GET", f"/v1/agenda?days={AGENDA_DAYS}&detail=full", None)
+
+
+async def same_agenda(floor: Target) -> str | None:
+    """None if the floor's agenda answers exactly as its target's (every field of
+    `detail=full`: window, items, complete, sources, warnings), else the first difference."""
+    assert floor.floor_of is not None
+    real, least = await _agenda_answer(floor.floor_of), await _agenda_answer(floor)
+    if real == least:
+        return None
+    for key in sorted(real.keys() | least.keys()):
+        if key == "items":
+            continue
+        if real.get(key) != least.get(key):
+            return f"{key}: {real.get(key)!r} against the floor's {least.get(key)!r}"
+    items, floor_items = real["items"], least["items"]
+    for i, (a, b) in enumerate(zip(items, floor_items, strict=False)):
+        if a != b:
+            return f"item {i}: {a} against the floor's {b}"
+    return f"{len(items)} items against the floor's {len(floor_items)}"
+
+
+# ---------------------------------------------------------------------------
 # The run
 
 
@@ -302,13 +380,20 @@ class Measured:
 
 async def _start(checkout: Checkout, size: int, template_name: str, admin_dsn: str,
                  base_env: dict[str, str], workdir: Path, stack: contextlib.AsyncExitStack,
-                 args: argparse.Namespace) -> Target:
-    run_name = f"run_{checkout.key}_{size}"
+                 args: argparse.Namespace, floor_of: Target | None = None) -> Target:
+    """A service on a fresh copy of the template; with `floor_of`, the agenda floor of that
+    target: the copy first trimmed to the rows the agenda's window needs (`trim_to_window`)."""
+    suffix = "_floor" if floor_of is not None else ""
+    # The label too: a baseline of the same schema shares the template, not the copy.
+    run_name = f"run_{checkout.key}_{checkout.label.lower()}_{size}{suffix}"
     dsn = await fresh_copy(admin_dsn, template_name, run_name)
     if not args.keep:
         stack.push_async_callback(drop, admin_dsn, run_name)
+    label = checkout.label + (" floor" if floor_of is not None else "")
+    if floor_of is not None:
+        print(f"{label} {size}: {await trim_to_window(dsn)}", flush=True)
     service = harness.Service(checkout.env(base_env, dsn),
-                              harness.subdir(workdir, f"{checkout.label}-{size}"))
+                              harness.subdir(workdir, f"{checkout.label}-{size}{suffix}"))
     stack.callback(_stopped, service)
     await asyncio.to_thread(service.wait_ready)
     key = (await asyncio.to_thread(service.admin, "create-key", "--email", BENCH_EMAIL))
@@ -317,9 +402,10 @@ async def _start(checkout: Checkout, size: int, template_name: str, admin_dsn: s
         headers={"Authorization": f"Bearer {key['api_key']}"}, connector=connector,
         timeout=aiohttp.ClientTimeout(total=60))
     stack.push_async_callback(session.close)
-    target = Target(checkout.label, service, dsn, session)
+    target = Target(label, service, dsn, session, floor_of=floor_of)
     await _targets_of(target, args.rounds * (args.warmup + args.requests))
-    target.deep_cursor = await _deep_cursor(target)
+    if floor_of is None:
+        target.deep_cursor = await _deep_cursor(target)
     return target
 
 
@@ -345,17 +431,32 @@ async def _measure_all(checkouts: list[Checkout], sizes: list[int], admin_dsn: s
                        for c, (name, _summary) in zip(checkouts, templates[s], strict=True)]
                    for s in sizes}
         kinds = [k for k in KINDS if not args.only or any(o in k.name for o in args.only)]
+        floors: dict[int, list[Target]] = {s: [] for s in sizes}
+        if any(k.name == AGENDA for k in kinds):
+            for size in sizes:  # the floor of the measured checkout's agenda (A)
+                floor = await _start(checkouts[0], size, templates[size][0][0], admin_dsn,
+                                     base_env, workdir, stack, args, floor_of=targets[size][0])
+                difference = await same_agenda(floor)
+                if difference is None:
+                    floors[size].append(floor)
+                    print(f"{floor.label} {size}: the same agenda answer as "
+                          f"{targets[size][0].label}'s", flush=True)
+                else:
+                    measured.bad.append(f"{floor.label} {size}: not the same agenda answer, "
+                                        f"not measured: {difference}")
         for kind in kinds:
             runs: dict[tuple[str, int], list[Result]] = {}
             for round_ in range(args.rounds):
                 for size in sizes:
-                    for target in targets[size]:  # A B A B
+                    # A B A B, and the agenda's floor after them
+                    measuring = targets[size] + (floors[size] if kind.name == AGENDA else [])
+                    for target in measuring:
                         result = await _measure(kind, target, round_, args)
                         if result is None:
                             measured.bad.append(f"{target.label} {size} {kind.name}: timeout")
                             continue
                         runs.setdefault((target.label, size), []).append(result)
-                        print(f"  {size:>8} {target.label} {kind.name:<34} p50 "
+                        print(f"  {size:>8} {target.label:<7} {kind.name:<34} p50 "
                               f"{result.percentile(50):7.1f} ms {result.rps:7.0f} req/s "
                               f"{result.unexpected} unexpected", flush=True)
                         if result.unexpected:
@@ -366,7 +467,16 @@ async def _measure_all(checkouts: list[Checkout], sizes: list[int], admin_dsn: s
                     r.percentile(50) for r in results)
                 measured.rps[label, kind.name, size] = statistics.median(r.rps for r in results)
         for size in sizes:
+            for floor in floors[size]:  # still the same day's window?
+                difference = await same_agenda(floor)
+                if difference is not None:
+                    measured.bad.append(f"{floor.label} {size}: the agenda answers differed "
+                                        f"after measuring (a new day?): {difference}")
             await _afterwards(targets[size], size, args, measured)
+            if args.explain:
+                for floor in floors[size]:
+                    print(f"{size} events: " + "\n".join(await explain(floor, False)),
+                          flush=True)
 
 
 async def _measure(kind: Kind, target: Target, round_: int, args: argparse.Namespace
@@ -442,7 +552,28 @@ def tables(measured: Measured, labels: list[str], sizes: list[int]) -> str:
                 b = measured.p50.get((labels[1], kind, s))
                 cells.append(_cell(a / b if a and b else None, 9, 2))
             lines.append(f"{kind:<{width}}" + "".join(cells))
+    lines += _floor_table(measured, labels[0], sizes, width)
     return "\n".join(lines)
+
+
+def _floor_table(measured: Measured, label: str, sizes: list[int], width: int) -> list[str]:
+    """The agenda's p50 against its floor's (the same request on a copy holding only the
+    rows its window needs), flagged above FLAG_RATIO."""
+    floor = f"{label} floor"
+    if not any((floor, AGENDA, s) in measured.p50 for s in sizes):
+        return []
+    width = max(width, 26)
+    head = f"{label + ' agenda against its floor':<{width}}" + "".join(
+        f"{_size_name(s):>9}" for s in sizes)
+    real = [measured.p50.get((label, AGENDA, s)) for s in sizes]
+    least = [measured.p50.get((floor, AGENDA, s)) for s in sizes]
+    ratios = [a / b if a and b else None for a, b in zip(real, least, strict=True)]
+    return ["", head, "-" * len(head),
+            f"{AGENDA + ' p50':<{width}}" + "".join(_cell(v, 9, 1) for v in real),
+            f"{'floor p50':<{width}}" + "".join(_cell(v, 9, 1) for v in least),
+            f"{'agenda / floor':<{width}}" + "".join(
+                _cell(r, 7, 2) + (" !" if r is not None and r > FLAG_RATIO else "  ")
+                for r in ratios)]
 
 
 def _cell(value: float | None, width: int, digits: int) -> str:
@@ -628,7 +759,7 @@ def _rows_read(node: dict[str, Any]) -> float:
     return read + sum(_rows_read(child) for child in node.get("Plans", ()))
 
 
-async def explain(target: Target) -> list[str]:
+async def explain(target: Target, search_too: bool = True) -> list[str]:
     """The statements of GET /v1/search (both words) and GET /v1/agenda?days=31 as this
     checkout's own functions run them for the bench user, each under EXPLAIN (ANALYZE,
     BUFFERS), on the second call (the first warms the cache)."""
@@ -646,14 +777,17 @@ async def explain(target: Target) -> list[str]:
         assert user is not None
         viewer = Viewer(user_id=user["id"], consumer=user["name"], email=user["email"],
                         timezone=user["timezone"])
-        for word in (RARE_WORD, COMMON_WORD):
+        for word in (RARE_WORD, COMMON_WORD) if search_too else ():
             query = search.parse(word, None)
             notes: list[str] = []
-            for _ in range(2):
-                notes = []
-                explaining: Any = _Explaining(db, notes)
-                await search_store.page(explaining, query.kinds, query.text, query.prefix,
-                                        viewer.user_id, None, 21)
+            try:
+                for _ in range(2):
+                    notes = []
+                    explaining: Any = _Explaining(db, notes)
+                    await search_store.page(explaining, query.kinds, query.text, query.prefix,
+                                            viewer.user_id, None, 21)
+            except Exception as exc:  # the checkout's functions changed shape: say so, go on
+                notes.append(f"    unavailable: {exc!r}")
             lines += [f"  GET /v1/search?q={word}", *notes]
         for _ in range(2):
             notes = []
@@ -661,7 +795,7 @@ async def explain(target: Target) -> list[str]:
             await agenda.build(explaining, viewer, date_text=None, days=31, timezone=None,
                                calendar_ids=None)
         lines += ["  GET /v1/agenda?days=31", *notes]
-    except Exception as exc:  # the checkout's functions changed shape: say so, go on
+    except Exception as exc:  # likewise
         lines.append(f"  unavailable: {exc!r}")
     finally:
         await db.close()

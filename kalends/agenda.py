@@ -12,7 +12,6 @@ occurrence_id) and capped at `MAX_ITEMS`.
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -234,15 +233,12 @@ def _in_requested_order(rows: list[asyncpg.Record], wanted: list[str]) -> list[a
     return [by_id[c] for c in wanted]
 
 
-class _Slot(NamedTuple):
-    """An occurrence found in the window; its ID is made, and it is made into an
-    `Item`, only if it may be kept."""
-
-    start: datetime
-    end: datetime | None
-    start_date: date | None
-    end_date: date | None
-    row: asyncpg.Record | occurrences.Found
+_Slot = tuple[datetime, "datetime | None", "date | None", "date | None",
+              "asyncpg.Record | occurrences.Found"]
+"""An occurrence found in the window: (start, end, start_date, end_date, row), as
+`Span` plus the row or connected occurrence it comes from. A plain tuple: a month
+of a few hundred weekly series makes thousands, most of them not kept. Its ID is
+made, and it is made into an `Item`, only if it may be kept."""
 
 
 def merge(rows: Sequence[asyncpg.Record], w: Window,
@@ -254,21 +250,22 @@ def merge(rows: Sequence[asyncpg.Record], w: Window,
     slots: list[_Slot] = []
     cut = short = False
     for row in rows:
-        found, reason = _occurrences(row, w)
-        slots.extend(found)
-        cut = cut or reason == "max_items"
-        short = short or reason == "expansion_limit"
+        found, reason = _slots(row, w)
+        slots += found
+        if reason is not None:
+            cut = cut or reason == "max_items"
+            short = short or reason == "expansion_limit"
     shown = {r["source_event_id"] for r in rows if r["source_event_id"] is not None}
     bounds = occurrences.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
     external, reason = occurrences.expand(connected, bounds, MAX_ITEMS, shown)
-    slots.extend(_Slot(f.start, f.end, f.start_date, f.end_date, f) for f in external)
+    slots.extend((f.start, f.end, f.start_date, f.end_date, f) for f in external)
     cut = cut or reason == "max_items"
     short = short or reason == "expansion_limit"
     if len(slots) > MAX_ITEMS:
         cut = True
         slots = _earliest(slots)
-    kept = sorted(((s.start, _occurrence_id(s), s) for s in slots),
-                  key=lambda k: (k[0], k[1]))[:MAX_ITEMS]
+    kept = sorted(((s[0], _occurrence_id(s), s) for s in slots),
+                  key=_by_start_and_id)[:MAX_ITEMS]
     items = [_item(s, occurrence_id, w.tz) for _, occurrence_id, s in kept]
     # Work ran out: occurrences may be missing anywhere, not only past the cut.
     if short:
@@ -278,21 +275,25 @@ def merge(rows: Sequence[asyncpg.Record], w: Window,
     return items, True, None
 
 
+def _by_start_and_id(kept: tuple[datetime, str, _Slot]) -> tuple[datetime, str]:
+    return kept[0], kept[1]
+
+
 def _earliest(slots: list[_Slot]) -> list[_Slot]:
     """The slots that may be among the first MAX_ITEMS by (start, occurrence ID):
     every one that starts no later than the MAX_ITEMS-th start. A month of a few
     hundred weekly series has thousands of occurrences; only these get an ID."""
-    last = heapq.nsmallest(MAX_ITEMS, (s.start for s in slots))[-1]
-    return [s for s in slots if s.start <= last]
+    last = sorted([s[0] for s in slots])[MAX_ITEMS - 1]
+    return [s for s in slots if s[0] <= last]
 
 
 def _occurrence_id(slot: _Slot) -> str:
-    row = slot.row
+    row = slot[4]
     if isinstance(row, occurrences.Found):
         return row.occurrence_id
-    if slot.start_date is None:
-        return f"{row['id']}:{times.compact_utc(slot.start)}"
-    return f"{row['id']}:{slot.start_date.isoformat().replace('-', '')}"
+    if slot[2] is None:
+        return f"{row['id']}:{times.compact_utc(slot[0])}"
+    return f"{row['id']}:{slot[2].isoformat().replace('-', '')}"
 
 
 class Span(NamedTuple):
@@ -310,6 +311,12 @@ def spans(row: asyncpg.Record, w: Window) -> tuple[list[Span], Reason | None]:
     """The occurrences of calendar event `row` that meet `w`, as the agenda finds
     them (the same expansion and bounds), in order, without occurrence IDs; a row
     that no longer expands is logged and left out ("expansion_limit")."""
+    found, reason = _slots(row, w)
+    return [Span(s[0], s[1], s[2], s[3]) for s in found], reason
+
+
+def _slots(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
+    """`spans` of `row`, each as a slot of `row`."""
     try:
         if row["is_all_day"]:
             return _all_day(row, times.of_row(row), w)
@@ -322,40 +329,41 @@ def spans(row: asyncpg.Record, w: Window) -> tuple[list[Span], Reason | None]:
         return [], "expansion_limit"
 
 
-def _occurrences(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
-    found, reason = spans(row, w)
-    return [_Slot(s.start, s.end, s.start_date, s.end_date, row) for s in found], reason
-
-
-def _timed(row: asyncpg.Record, w: Window) -> tuple[list[Span], Reason | None]:
+def _timed(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
     start_time, end_time = row["start_time"], row["end_time"]
-    length = end_time - start_time if end_time is not None else None
     rule = row["recurrence_rule"]
+    window_start, window_end = w.start, w.end
     if rule is None:  # most rows: no time model needed beyond the stored instants
-        starts, reason = [start_time], None
+        if end_time is None:
+            if window_start <= start_time < window_end:  # a point
+                return [(start_time, None, None, None, row)], None
+        elif start_time < window_end and end_time > window_start:
+            return [(start_time, end_time, None, None, row)], None
+        return [], None
+    length = end_time - start_time if end_time is not None else None
+    t = times.of_row(row)
+    # Started before the window but still running in it: look back one length.
+    expansion = recurrence.occurrences(
+        rule, t.local_start, times.zone(t.start_timezone, param="start_timezone"),
+        window_start - (length or timedelta()), window_end, limit=MAX_ITEMS + 1,
+    )
+    found: list[_Slot] = []
+    if length is None:
+        for o in expansion.items:
+            start = o.start
+            if window_start <= start < window_end:  # a point
+                found.append((start, None, None, None, row))
     else:
-        t = times.of_row(row)
-        # Started before the window but still running in it: look back one length.
-        expansion = recurrence.occurrences(
-            rule, t.local_start, times.zone(t.start_timezone, param="start_timezone"),
-            w.start - (length or timedelta()), w.end, limit=MAX_ITEMS + 1,
-        )
-        starts, reason = [o.start for o in expansion.items], expansion.incomplete_reason
-    found = []
-    for start in starts:
-        if length is None:
-            if not w.start <= start < w.end:  # a point
-                continue
-            found.append(Span(start, None, None, None))
-        else:
+        for o in expansion.items:
+            start = o.start
             end = start + length
-            if start < w.end and end > w.start:
-                found.append(Span(start, end, None, None))
-    return found, reason
+            if start < window_end and end > window_start:
+                found.append((start, end, None, None, row))
+    return found, expansion.incomplete_reason
 
 
 def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
-             ) -> tuple[list[Span], Reason | None]:
+             ) -> tuple[list[_Slot], Reason | None]:
     assert t.start_date is not None and t.end_date is not None  # all-day rows have both
     length = t.end_date - t.start_date
     rule = row["recurrence_rule"]
@@ -372,14 +380,14 @@ def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
         )
         days = list(dict.fromkeys(o.original_local.date() for o in expansion.items))
         reason = expansion.incomplete_reason
-    found = []
+    found: list[_Slot] = []
     for day in days:
         end_day = day + length
         if not (day < w.end_date and end_day > w.first_day):
             continue
         # Floating: the same dates whatever the zone, their midnights in the agenda's.
-        found.append(Span(times.local_midnight(day, w.tz), times.local_midnight(end_day, w.tz),
-                          day, end_day))
+        found.append((times.local_midnight(day, w.tz), times.local_midnight(end_day, w.tz),
+                      day, end_day, row))
     return found, reason
 
 
@@ -451,35 +459,36 @@ async def settle_recurrence_ends(db: Database | Tx, *,
 
 
 def _item(slot: _Slot, occurrence_id: str, tz: ZoneInfo) -> Item:
-    if isinstance(slot.row, occurrences.Found):
-        return _external_item(slot.row, occurrence_id, tz)
-    row, start, end = slot.row, slot.start, slot.end
+    start, end, start_date, end_date, row = slot
+    if isinstance(row, occurrences.Found):
+        return _external_item(row, occurrence_id, tz)
     copy = row["source_event_id"] is not None
     recurring = row["recurrence_rule"] is not None
     profile = None
     if copy and row["profile_visible"]:
         profile = ProfileRef(row["source_profile_id"], row["profile_platform_id"],
                              row["profile_display_name"])
+    # Positional, in Item's order (hundreds are made per request).
     return Item(
-        occurrence_id=occurrence_id,
-        calendar_id=row["calendar_id"],
-        event_id=row["id"],
-        editable=not copy and not recurring,
-        title=row["title"],
-        start=start,
-        end=end,
-        local_start=_local(start, tz),
-        local_end=_local(end, tz) if end is not None else None,
-        is_all_day=row["is_all_day"],
-        location=row["location"],
-        busy=row["transparency"] == "opaque",
-        is_recurring=recurring,
-        profile=profile,
-        source_type="subscription" if copy else "personal",
-        subscription_id=row["subscription_id"] if copy else None,
-        start_date=slot.start_date,
-        end_date=slot.end_date,
-        description=row["description"],
+        occurrence_id,  # occurrence_id
+        row["calendar_id"],  # calendar_id
+        row["id"],  # event_id
+        not copy and not recurring,  # editable
+        row["title"],  # title
+        start,  # start
+        end,  # end
+        _local(start, tz),  # local_start
+        _local(end, tz) if end is not None else None,  # local_end
+        row["is_all_day"],  # is_all_day
+        row["location"],  # location
+        row["transparency"] == "opaque",  # busy
+        recurring,  # is_recurring
+        profile,  # profile
+        "subscription" if copy else "personal",  # source_type
+        row["subscription_id"] if copy else None,  # subscription_id
+        start_date,  # start_date
+        end_date,  # end_date
+        row["description"],  # description
     )
 
 
