@@ -67,6 +67,10 @@ RARE_WORD, COMMON_WORD = "quokka", "concert"
 DEEP_PAGES = 50
 """The deep page is the one after this many pages of 100 (reached by their cursors)."""
 FLAG_RATIO = 1.5
+MAX_CONNECTIONS = 500
+"""Every service runs at once (two checkouts and the agenda's floor at three sizes), each with
+its request pool (10), jobs pool (4) and webhook delivery's (8): more than PostgreSQL's
+default 100, which made requests fail with 503 (set with ALTER SYSTEM in the bench's server)."""
 SEED_TIMEOUT = 3 * 3600
 COPY_TIMEOUT = 1800
 
@@ -847,6 +851,16 @@ async def _main(args: argparse.Namespace, root: Path) -> Measured:
     base_env["KALENDS_DATA_DIR"] = str(root / "service")
     base_env.pop("DATABASE_URL", None)
     admin_dsn, server = await asyncio.to_thread(embedded.start, root / "db")
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        enough = int(await admin.fetchval("SHOW max_connections")) >= MAX_CONNECTIONS
+        if not enough:
+            await admin.execute(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS}")
+    finally:
+        await admin.close()
+    if not enough:  # a setting read at start only
+        await asyncio.to_thread(embedded.stop, server)
+        admin_dsn, server = await asyncio.to_thread(embedded.start, root / "db")
     measured = Measured()
     workdir = Path(harness.subdir(root, f"run-{datetime.now(UTC):%Y%m%dT%H%M%S}"))
     try:
