@@ -102,7 +102,8 @@ def _weighted(query: str, weights: str) -> str:
 # The query, parsed once per statement, and its restrictions to weights: InitPlans
 # over a materialized CTE, and plain `column @@ value` restrictions that the GIN
 # indexes serve. Plans do not depend on the word (a generic plan serves every
-# one): `page` chooses how tier 3 is read, from how many titles match.
+# one): `sql_titles` chooses how tier 3 is read as it runs, and `page` walks
+# without a bound when it says the title matches passed the cap.
 _QUERY = f"({_parsed('english')} || {_parsed('simple')})"
 _CTE = f"""WITH q AS MATERIALIZED (
         SELECT query, {_weighted('query', 'A')} AS query_a, {_weighted('query', 'AB')} AS query_ab
@@ -184,9 +185,10 @@ def _branch(kind: str, titles: bool, negated: bool, keyset: str | None,
 
 
 def _walked(negated: bool, keyset: str | None, bound: int | None = WALK) -> str:
-    """Tier 3's next `$4` events by walking events_search_order: of its first WALK
-    entries (after the keyset), those whose title words match, tested in the index
-    alone; only those rows are then read, for visibility and what the page shows."""
+    """Tier 3's next `$4` events by walking events_search_order: of its first
+    `bound` entries after the keyset (None: all), those whose title words match,
+    tested in the index alone; only those rows are then read, for visibility and
+    what the page shows."""
     after = (f"WHERE (-search_day(start_time), id) > ({keyset}::integer,"
              f" ${int(keyset[1:]) + 1}::text)" if keyset else "")
     negation = f"AND e.search_tsv @@ {_FROM_CTE['']}" if negated else ""
@@ -207,10 +209,11 @@ def _walked(negated: bool, keyset: str | None, bound: int | None = WALK) -> str:
         LIMIT $4"""
 
 
-# Whether to walk: the least common of the words as typed (their `simple` parse:
-# a stem or a prefix may match more titles, never fewer) is in more than `$5`
-# titles, and common enough that a page is expected within half a walk. A word
-# that `search_title_words` does not list counts as in no title.
+# Whether to walk: the least common of the words as typed (their `simple` parse)
+# is in more than `$5` titles, and common enough that a page is expected within
+# half a walk. A word that `search_title_words` does not list counts as in no
+# title. For one word this is a floor (its stems and prefixes may match more
+# titles); for several it is a ceiling, and a walk that finds too few falls back.
 _WALK = f"""
         SELECT coalesce(min(coalesce(w.titles, 0)), 0) > $5::integer
                AND coalesce(min(coalesce(w.share, 0)), 0) * {WALK} >= 2 * $4::integer AS walk
