@@ -262,10 +262,21 @@ def sql_titles(kinds: tuple[str, ...], negated: bool, keyset: bool) -> str:
     branches = "\n    UNION ALL\n".join(
         f"({events if k == 'event' else _branch(k, True, negated, after)})"
         for k in KINDS if k in kinds)
+    # Titles that do not fill the page are followed by the tiers below, in the same
+    # statement (a rare word's page in one): every rank below 3 sorts after them.
+    below = "\n    UNION ALL\n".join(
+        f"({_branch(k, False, negated, None)})" for k in KINDS if k in kinds)
     return f"""
-    {_CTE}{ctes}
+    {_CTE}{ctes},
+    titles AS MATERIALIZED ({branches}),
+    below AS MATERIALIZED (
+        SELECT * FROM ({below}) hits WHERE (SELECT count(*) FROM titles) < $4::integer
+        ORDER BY rank DESC, id
+        LIMIT greatest($4::integer - (SELECT count(*) FROM titles), 0)
+    )
     SELECT {_OUT}, flag.capped
-    FROM (SELECT {capped} AS capped) flag LEFT JOIN ({branches}) hits ON true
+    FROM (SELECT {capped} AS capped) flag
+    LEFT JOIN (SELECT * FROM titles UNION ALL SELECT * FROM below) hits ON true
     """
 
 
@@ -318,15 +329,14 @@ async def page(
     after: tuple[float, str] | None, limit: int,
 ) -> list[asyncpg.Record]:
     """Up to `limit` hits after the keyset `after` (rank, id): titles first, then
-    the rest if the page is not full."""
+    the tiers below if the page is not full (`sql_titles`), or, past titles, the
+    tiers below alone (`sql_rest`)."""
     chosen = tuple(k for k in KINDS if k in kinds)
     negated = is_negated(text)
     head = (text, prefix, viewer_id)
-    rows: list[asyncpg.Record] = []
-    in_titles = after is None or round(after[0]) == TIERS[0]
     async with db.transaction() as tx:
         await tx.execute(GENERIC)
-        if in_titles:
+        if after is None or round(after[0]) == TIERS[0]:
             key = (title_key(after[0]), after[1]) if after else ()
             found = await tx.fetch(sql_titles(chosen, negated, bool(key)), *head, limit,
                                    TITLE_CAP, *key)
@@ -337,12 +347,10 @@ async def page(
                                         *key)
                 await tx.execute(UNORDERED)
                 hits = [r for r in hits if r["kind"] != "event"] + events
-            rows = sorted(hits, key=lambda r: (-r["rank"], r["id"]))[:limit]
-        if len(rows) < limit:
-            rest = () if in_titles or after is None else after
-            rows += await tx.fetch(sql_rest(chosen, negated, bool(rest)), *head,
-                                   limit - len(rows), *rest)
-    return rows
+            # Below titles only when they did not fill the page: then it is full, or
+            # there is nothing more.
+            return sorted(hits, key=lambda r: (-r["rank"], r["id"]))[:limit]
+        return await tx.fetch(sql_rest(chosen, negated, True), *head, limit, *after)
 
 
 async def refresh_words(db: Database) -> None:
