@@ -36,10 +36,11 @@ the matches of a common word:
   instead.
 The statistics only choose the way: every way gives the same page.
 
-If the page is not full, tiers 2 and 1 follow in one more statement: every
-match below titles, through the GIN indexes, sorted (a word common in
-descriptions but rare in titles costs what its description matches cost, as
-every search did before tiers).
+If titles do not fill the page, tiers 2 and 1 follow in the same statement
+(`sql_rest` alone on the pages past titles): every match below titles, through
+the GIN indexes, sorted (a word common in descriptions but rare in titles costs
+what its description matches cost, as every search did before tiers). The
+statements of a page run with generic plans, in one transaction.
 
 Visibility is decided in the statements, by the same SQL as every other read
 (db/visibility.py): events and series by their profile's rule, profiles by
