@@ -225,8 +225,8 @@ def handlers() -> dict[str, jobs.Handler]:
     return {SYNC: state.run_sync, CLEANUP: state.run_cleanup}
 
 
-HANDLERS: dict[str, jobs.Handler] = handlers()
-"""Their names (for metrics); a worker gets its own (`handlers`)."""
+JOBS = (SYNC, CLEANUP)
+"""The sync jobs' names (for metrics): what `handlers` handles."""
 
 
 async def run_sync(db: Database, payload: dict[str, Any]) -> None:

@@ -104,7 +104,7 @@ async def test_scrape_counts_requests_and_reads_pool_and_queue(
     assert 0 <= in_use <= most and idle >= 0 and in_use + idle <= most
 
     assert value(after, "kalends_db_up") == 1
-    for entrypoint in sync.HANDLERS:
+    for entrypoint in sync.JOBS:
         for status in ("queued", "picked"):
             assert ("kalends_jobs_queued",
                     frozenset({"entrypoint": entrypoint, "status": status}.items())) in after

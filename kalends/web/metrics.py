@@ -226,7 +226,7 @@ def _job_metrics(counts: dict[tuple[str, str], int]) -> list[Metric]:
         labels=["entrypoint"],
     )
     # Every known entrypoint, 0 when idle: an absent series cannot be alerted on.
-    for entrypoint in sorted({*sync.HANDLERS, *(name for name, _ in counts)}):
+    for entrypoint in sorted({*sync.JOBS, *(name for name, _ in counts)}):
         for status in ("queued", "picked"):
             waiting.add_metric([entrypoint, status], counts.get((entrypoint, status), 0))
         failed.add_metric([entrypoint], counts.get((entrypoint, "failed"), 0))
