@@ -30,7 +30,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,38 +38,12 @@ import aiohttp
 import harness
 from agenda import one_off_body, recurring_body
 from harness import Result, Scenario
+from seed import connected_event
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from caldav_server import Radicale
 
-ZONES = ("Europe/Paris", "America/New_York", "Asia/Tokyo")
 _SYNC_TIMEOUT = 600.0
-
-
-def _ics(uid: str, title: str, start: datetime, zone: str, rule: str | None) -> str:
-    stamp = start.strftime("%Y%m%dT%H%M%S")
-    end = (start + timedelta(minutes=45)).strftime("%Y%m%dT%H%M%S")
-    lines = ["BEGIN:VCALENDAR", "VERSION:2.0", "PRODID:-//bench//EN", "BEGIN:VEVENT",
-             f"UID:{uid}", "DTSTAMP:20260101T000000Z", f"SUMMARY:{title}",
-             f"DTSTART;TZID={zone}:{stamp}", f"DTEND;TZID={zone}:{end}"]
-    if rule:
-        lines.append(f"RRULE:{rule}")
-    return "\r\n".join([*lines, "END:VEVENT", "END:VCALENDAR", ""])
-
-
-def _event(i: int, recurring: int, today: date) -> tuple[str, str]:
-    """(uid, iCalendar text) of the i-th event: the first `recurring` weekly from a
-    week before today; the rest one-off, spread over 30 days back to 335 ahead."""
-    zone = ZONES[i % len(ZONES)]
-    hour = 7 + i % 12
-    if i < recurring:
-        day = today - timedelta(days=7 - i % 7)
-        start = datetime(day.year, day.month, day.day, hour)
-        return f"weekly-{i}@bench", _ics(f"weekly-{i}@bench", f"Remote weekly {i}", start,
-                                         zone, "FREQ=WEEKLY")
-    day = today + timedelta(days=-30 + i % 365)
-    start = datetime(day.year, day.month, day.day, hour)
-    return f"one-{i}@bench", _ics(f"one-{i}@bench", f"Remote {i}", start, zone, None)
 
 
 def _fill(radicale: Radicale, login: str, password: str, events: int, recurring: int) -> None:
@@ -78,7 +52,7 @@ def _fill(radicale: Radicale, login: str, password: str, events: int, recurring:
     folder = radicale.folder / "collections" / "collection-root" / login / "big"
     today = datetime.now(UTC).date()
     for i in range(events):
-        uid, text = _event(i, recurring, today)
+        uid, text = connected_event(i, recurring, today)
         (folder / f"{uid}.ics").write_text(text)
     radicale.start()
     # Radicale parses and caches every item on first access: done here, so that

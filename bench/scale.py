@@ -20,11 +20,14 @@ requests/s, and the ratio of the largest size's p50 to the smallest's (flagged a
 `--baseline DIR`: another checkout (`git worktree add DIR <commit>`), seeded with its own
 migrations and code into its own databases, served at the same time and measured A B A B per
 request kind (`--rounds` times); both tables and the after/before p50 ratios are printed.
-The agenda is also measured against its floor (`trim_to_window`): at each size, another copy
-of the template in which the bench user's calendars hold only the rows with an occurrence in
-the 31-day window, served by its own `kalends serve`, checked to give the same answer, and
-measured by the same request right after the real one; the last table gives agenda p50 /
-floor p50 (flagged above 1.5). Only the measured checkout gets a floor.
+The agenda is measured twice: over the bench user's default calendars, and with its connected
+calendar too (5,000 CalDAV events, seed.py's `_connect`, named in `calendar_ids`). Both are
+also measured against their floor (`trim_to_window`): at each size, another copy of the
+template in which the bench user's calendars, personal and connected, hold only the rows
+with an occurrence in the 31-day window, served by its own `kalends serve`, checked to give
+the same answers, and measured by the same requests right after the real ones; the last
+tables give agenda p50 / floor p50 (flagged above 1.5). Only the measured checkout gets a
+floor.
 
 `--check`: after measuring a size, create one event, one subscription copy and one RSVP
 through the API and compare their rows' shapes with the seeded rows'. `--explain`: EXPLAIN
@@ -208,6 +211,8 @@ class Target:
     event_ids: list[str] = field(default_factory=list)
     rsvp_event_ids: list[str] = field(default_factory=list)
     deep_cursor: str = ""
+    agenda_calendars: str = ""
+    """The bench user's personal and connected calendars, comma-separated."""
     token: str = field(default_factory=lambda: secrets.token_hex(3))
     floor_of: Target | None = None
     """For an agenda floor: the target whose agenda it is the floor of."""
@@ -219,6 +224,10 @@ async def _targets_of(target: Target, needed: int) -> None:
     try:
         target.bench_profile = await conn.fetchval(
             "SELECT id FROM profiles WHERE platform_id = 'scale-0000'")
+        target.agenda_calendars = ",".join(r[0] for r in await conn.fetch(
+            "SELECT c.id FROM calendars c JOIN users u ON u.id = c.user_id WHERE u.email = $1"
+            " UNION ALL SELECT x.id FROM external_calendars x JOIN users u ON u.id = x.user_id"
+            " WHERE u.email = $1 ORDER BY 1", BENCH_EMAIL))
         target.subscribed = [r[0] for r in await conn.fetch(
             "SELECT s.profile_id FROM subscriptions s JOIN users u ON u.id = s.user_id"
             " WHERE u.email = $1 ORDER BY s.profile_id", BENCH_EMAIL)]
@@ -274,13 +283,17 @@ KINDS = (
         "GET", f"/v1/events?limit=20&cursor={t.deep_cursor}", None)),
     Kind("GET /v1/events/{id}", lambda t, i: (
         "GET", f"/v1/events/{t.event_ids[i % len(t.event_ids)]}", None)),
+    # A page of 10: a full page at every size (a subscribed profile holds 10 events at 10k,
+    # about 950 at 1M), so that every size gives the same answer, not more of it.
     Kind("GET /v1/profiles/{id}/events", lambda t, i: (
-        "GET", f"/v1/profiles/{t.subscribed[i % len(t.subscribed)]}/events?limit=20", None)),
+        "GET", f"/v1/profiles/{t.subscribed[i % len(t.subscribed)]}/events?limit=10", None)),
     Kind(f"GET /v1/search?q={RARE_WORD}", lambda t, i: (
         "GET", f"/v1/search?q={RARE_WORD}", None)),
     Kind(f"GET /v1/search?q={COMMON_WORD}", lambda t, i: (
         "GET", f"/v1/search?q={COMMON_WORD}", None)),
     Kind("GET /v1/agenda?days=31", lambda t, i: ("GET", "/v1/agenda?days=31", None)),
+    Kind("GET /v1/agenda?days=31 +connected", lambda t, i: (
+        "GET", f"/v1/agenda?days=31&calendar_ids={t.agenda_calendars}", None)),
     Kind("POST /v1/events", _post_event, 201),
     Kind("POST /v1/events/{id}/rsvps", lambda t, i: (
         "POST", f"/v1/events/{t.rsvp_event_ids[i]}/rsvps", {"status": "going"}), 201),
@@ -304,6 +317,8 @@ def _scenario(kind: Kind, target: Target) -> Scenario:
 
 
 AGENDA = "GET /v1/agenda?days=31"
+AGENDA_CONNECTED = "GET /v1/agenda?days=31 +connected"
+AGENDAS = (AGENDA, AGENDA_CONNECTED)
 AGENDA_DAYS = 31
 
 
@@ -312,14 +327,18 @@ async def trim_to_window(dsn: str) -> str:
     occurrence in the agenda's window (AGENDA_DAYS days from today in the user's zone, as
     `GET /v1/agenda?days=31` resolves it), then VACUUM ANALYZE: what is left is the least the
     agenda must read, expand and build to give the same answer. Which rows meet the window
-    is decided by this checkout's own functions: the agenda's statement
-    (`db.agenda.events`) and its expansion (`kalends.agenda.spans`); a row whose expansion
-    fails is kept (it makes the answer incomplete). Rows that meet the window but fall past
-    the answer's MAX_ITEMS cut are kept too: they are why the answer says `complete: false`.
+    is decided by this checkout's own functions: the agenda's statements
+    (`db.agenda.events`, `db.connected.agenda_events`) and their expansion
+    (`kalends.agenda.spans`; `kalends.connected.occurrences.expand`, one event's components
+    at a time, since overrides and their master go together); a row whose expansion fails is
+    kept (it makes the answer incomplete). Rows that meet the window but fall past the
+    answer's MAX_ITEMS cut are kept too: they are why the answer says `complete: false`.
     Returns what was kept, in words."""
     from db import agenda as store
+    from db import connected as connected_store
     from db.database import Database
     from kalends import agenda
+    from kalends.connected import occurrences
 
     db = await Database.connect(dsn, min_size=1, max_size=2)
     try:
@@ -338,23 +357,51 @@ async def trim_to_window(dsn: str) -> str:
         await db.execute(
             "DELETE FROM calendar_events WHERE calendar_id = ANY($1::text[])"
             " AND NOT id = ANY($2::text[])", calendars, needed)
+        connected = [r["id"] for r in await db.fetch(
+            "SELECT id FROM external_calendars WHERE user_id = $1", user["id"])]
+        components = await connected_store.agenda_events(db, connected, w.start, w.end)
+        bounds = occurrences.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
+        groups: dict[tuple[str, str], list[asyncpg.Record]] = {}
+        for row in components:
+            groups.setdefault((row["calendar_id"], row["uid"]), []).append(row)
+        kept = [r["id"] for group in groups.values()
+                if occurrences.expand(group, bounds, agenda.MAX_ITEMS, set()) != ([], None)
+                for r in group]
+        connected_held = await db.fetchval(
+            "SELECT count(*) FROM external_events WHERE calendar_id = ANY($1::text[])",
+            connected)
+        await db.execute(
+            "DELETE FROM external_events WHERE calendar_id = ANY($1::text[])"
+            " AND NOT id = ANY($2::text[])", connected, kept)
         await db.execute("VACUUM ANALYZE")
     finally:
         await db.close()
     return (f"agenda floor: kept the {len(needed)} rows of the bench user's calendars that "
             f"meet the window from {w.first_day} (of {held}; the agenda's statement read "
-            f"{len(read)})")
+            f"{len(read)}), and {len(kept)} of its connected calendars' {connected_held} "
+            f"(their statement read {len(components)})")
 
 
-async def _agenda_answer(target: Target) -> dict[str, Any]:
-    return await _api(target, "GET", f"/v1/agenda?days={AGENDA_DAYS}&detail=full", None)
+async def _agenda_answer(target: Target, calendars: str) -> dict[str, Any]:
+    chosen = f"&calendar_ids={calendars}" if calendars else ""
+    return await _api(target, "GET", f"/v1/agenda?days={AGENDA_DAYS}&detail=full{chosen}",
+                      None)
 
 
 async def same_agenda(floor: Target) -> str | None:
-    """None if the floor's agenda answers exactly as its target's (every field of
-    `detail=full`: window, items, complete, sources, warnings), else the first difference."""
+    """None if the floor's agendas (default and with the connected calendar) answer exactly
+    as its target's (every field of `detail=full`: window, items, complete, sources,
+    warnings), else the first difference."""
     assert floor.floor_of is not None
-    real, least = await _agenda_answer(floor.floor_of), await _agenda_answer(floor)
+    for calendars in ("", floor.floor_of.agenda_calendars):
+        difference = _difference(await _agenda_answer(floor.floor_of, calendars),
+                                 await _agenda_answer(floor, calendars))
+        if difference is not None:
+            return f"{'with' if calendars else 'without'} calendar_ids: {difference}"
+    return None
+
+
+def _difference(real: dict[str, Any], least: dict[str, Any]) -> str | None:
     if real == least:
         return None
     for key in sorted(real.keys() | least.keys()):
@@ -436,7 +483,7 @@ async def _measure_all(checkouts: list[Checkout], sizes: list[int], admin_dsn: s
                    for s in sizes}
         kinds = [k for k in KINDS if not args.only or any(o in k.name for o in args.only)]
         floors: dict[int, list[Target]] = {s: [] for s in sizes}
-        if any(k.name == AGENDA for k in kinds):
+        if any(k.name in AGENDAS for k in kinds):
             for size in sizes:  # the floor of the measured checkout's agenda (A)
                 floor = await _start(checkouts[0], size, templates[size][0][0], admin_dsn,
                                      base_env, workdir, stack, args, floor_of=targets[size][0])
@@ -453,7 +500,7 @@ async def _measure_all(checkouts: list[Checkout], sizes: list[int], admin_dsn: s
             for round_ in range(args.rounds):
                 for size in sizes:
                     # A B A B, and the agenda's floor after them
-                    measuring = targets[size] + (floors[size] if kind.name == AGENDA else [])
+                    measuring = targets[size] + (floors[size] if kind.name in AGENDAS else [])
                     for target in measuring:
                         result = await _measure(kind, target, round_, args)
                         if result is None:
@@ -556,24 +603,26 @@ def tables(measured: Measured, labels: list[str], sizes: list[int]) -> str:
                 b = measured.p50.get((labels[1], kind, s))
                 cells.append(_cell(a / b if a and b else None, 9, 2))
             lines.append(f"{kind:<{width}}" + "".join(cells))
-    lines += _floor_table(measured, labels[0], sizes, width)
+    for agenda in AGENDAS:
+        lines += _floor_table(measured, labels[0], agenda, sizes, width)
     return "\n".join(lines)
 
 
-def _floor_table(measured: Measured, label: str, sizes: list[int], width: int) -> list[str]:
-    """The agenda's p50 against its floor's (the same request on a copy holding only the
-    rows its window needs), flagged above FLAG_RATIO."""
+def _floor_table(measured: Measured, label: str, agenda: str, sizes: list[int], width: int
+                 ) -> list[str]:
+    """Agenda request `agenda`'s p50 against its floor's (the same request on a copy holding
+    only the rows its window needs), flagged above FLAG_RATIO."""
     floor = f"{label} floor"
-    if not any((floor, AGENDA, s) in measured.p50 for s in sizes):
+    if not any((floor, agenda, s) in measured.p50 for s in sizes):
         return []
-    width = max(width, 26)
+    width = max(width, len(agenda) + 5)
     head = f"{label + ' agenda against its floor':<{width}}" + "".join(
         f"{_size_name(s):>9}" for s in sizes)
-    real = [measured.p50.get((label, AGENDA, s)) for s in sizes]
-    least = [measured.p50.get((floor, AGENDA, s)) for s in sizes]
+    real = [measured.p50.get((label, agenda, s)) for s in sizes]
+    least = [measured.p50.get((floor, agenda, s)) for s in sizes]
     ratios = [a / b if a and b else None for a, b in zip(real, least, strict=True)]
     return ["", head, "-" * len(head),
-            f"{AGENDA + ' p50':<{width}}" + "".join(_cell(v, 9, 1) for v in real),
+            f"{agenda + ' p50':<{width}}" + "".join(_cell(v, 9, 1) for v in real),
             f"{'floor p50':<{width}}" + "".join(_cell(v, 9, 1) for v in least),
             f"{'agenda / floor':<{width}}" + "".join(
                 _cell(r, 7, 2) + (" !" if r is not None and r > FLAG_RATIO else "  ")
@@ -793,12 +842,13 @@ async def explain(target: Target, search_too: bool = True) -> list[str]:
             except Exception as exc:  # the checkout's functions changed shape: say so, go on
                 notes.append(f"    unavailable: {exc!r}")
             lines += [f"  GET /v1/search?q={word}", *notes]
-        for _ in range(2):
-            notes = []
-            explaining = _Explaining(db, notes)
-            await agenda.build(explaining, viewer, date_text=None, days=31, timezone=None,
-                               calendar_ids=None)
-        lines += ["  GET /v1/agenda?days=31", *notes]
+        for name, calendars in ((AGENDA, None), (AGENDA_CONNECTED, target.agenda_calendars)):
+            for _ in range(2):
+                notes = []
+                explaining = _Explaining(db, notes)
+                await agenda.build(explaining, viewer, date_text=None, days=31, timezone=None,
+                                   calendar_ids=calendars.split(",") if calendars else None)
+            lines += [f"  {name}", *notes]
     except Exception as exc:  # likewise
         lines.append(f"  unavailable: {exc!r}")
     finally:

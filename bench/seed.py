@@ -26,6 +26,11 @@ What it writes, the same at every size but for the number of events:
   `db.subscriptions.insert_new`, each then synced by the sync job's own handler
   (`kalends.sync.run_sync`), which writes the copies into the user's calendar as the service
   does (and whatever it derives for them, e.g. the series ends of migration 0017);
+- a connected calendar of the bench user (`_connect`): CONNECTED_EVENTS CalDAV events,
+  CONNECTED_RECURRING of them weekly, the iCalendar text of `connected_event` parsed by
+  `kalends.connected.ical.parse` and stored by the sync's own row builder and store
+  (`engine.event_rows`, `db.connected.put_events`), as a CalDAV sync stores them. It is not
+  selected, so the default agenda is unchanged; bench/scale.py names it in `calendar_ids`;
 - then every settle step the checkout has (`SETTLE_STEPS`), ANALYZE, and the steps that
   follow it (`ANALYZED_STEPS`).
 
@@ -53,13 +58,17 @@ from bisect import bisect
 from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import asyncpg
 
+from db import connected as connected_store
 from db import profiles as profile_store
 from db import subscriptions as subscription_store
 from db.database import Database
 from kalends import accounts, events, ids, rsvps, sync, times
+from kalends.connected import engine, ical
+from kalends.connected.provider import RemoteCalendar, RemoteEvent
 
 PROFILES = 1050
 OWNERS = 50
@@ -82,8 +91,12 @@ VOCABULARY = 5000
 ZONES = ("Europe/Paris", "America/New_York", "Asia/Tokyo", "UTC", "Australia/Sydney",
          "America/Los_Angeles")
 BENCH_EMAIL = "scale@example.com"
+BENCH_ZONE = "Europe/Paris"
 BATCH = 20_000
 """Rows per COPY."""
+CONNECTED_EVENTS = 5000
+CONNECTED_RECURRING = 500
+CONNECTED_ZONES = ("Europe/Paris", "America/New_York", "Asia/Tokyo")
 SETTLE_STEPS = (("kalends.agenda", "settle_recurrence_ends"),)
 """(module, function(db)) run once everything is written, when the checkout has them: what
 the service fills after a write rather than in it."""
@@ -227,7 +240,7 @@ async def _copy(conn: asyncpg.Connection, table: str, rows: Iterator[dict[str, A
 
 async def _users(db: Database) -> tuple[dict[str, Any], list[str], list[str]]:
     """The bench user (its create_user answer and id), owners' and attendees' ids."""
-    bench = await accounts.create_user(db, BENCH_EMAIL, "Scale bench", "Europe/Paris")
+    bench = await accounts.create_user(db, BENCH_EMAIL, "Scale bench", BENCH_ZONE)
     owners, attendees = [], []
     for k in range(OWNERS):
         await accounts.create_user(db, f"owner{k}@scale.example", f"Owner {k}", ZONES[k % 6])
@@ -292,6 +305,60 @@ async def _subscribe(db: Database, user_id: str, profile_ids: list[str]) -> None
         await sync.run_sync(db, {"scope": "subscription", "id": subscription_id})
 
 
+def _ics(uid: str, title: str, start: datetime, zone: str, rule: str | None) -> str:
+    stamp = start.strftime("%Y%m%dT%H%M%S")
+    end = (start + timedelta(minutes=45)).strftime("%Y%m%dT%H%M%S")
+    lines = ["BEGIN:VCALENDAR", "VERSION:2.0", "PRODID:-//bench//EN", "BEGIN:VEVENT",
+             f"UID:{uid}", "DTSTAMP:20260101T000000Z", f"SUMMARY:{title}",
+             f"DTSTART;TZID={zone}:{stamp}", f"DTEND;TZID={zone}:{end}"]
+    if rule:
+        lines.append(f"RRULE:{rule}")
+    return "\r\n".join([*lines, "END:VEVENT", "END:VCALENDAR", ""])
+
+
+def connected_event(i: int, recurring: int, today: date) -> tuple[str, str]:
+    """(uid, iCalendar text) of a connected calendar's i-th event: the first `recurring`
+    weekly from a week before `today`; the rest one-off, spread over 30 days back to 335
+    ahead (bench/connected.py puts the same events on a CalDAV server)."""
+    zone = CONNECTED_ZONES[i % len(CONNECTED_ZONES)]
+    hour = 7 + i % 12
+    if i < recurring:
+        day = today - timedelta(days=7 - i % 7)
+        start = datetime(day.year, day.month, day.day, hour)
+        return f"weekly-{i}@bench", _ics(f"weekly-{i}@bench", f"Remote weekly {i}", start,
+                                         zone, "FREQ=WEEKLY")
+    day = today + timedelta(days=-30 + i % 365)
+    start = datetime(day.year, day.month, day.day, hour)
+    return f"one-{i}@bench", _ics(f"one-{i}@bench", f"Remote {i}", start, zone, None)
+
+
+async def _connect(db: Database, user_id: str, timezone: str) -> str:
+    """The bench user's connected calendar, as a CalDAV account's first sync leaves it.
+
+    Never synced by the service: there is no server behind it, so its account's next sync
+    is at infinity (the scheduler never claims it) and its secret is not a sealed
+    credential (nothing reads it). Marked synced now, as a sync that succeeded marks it."""
+    account_id, calendar_id = ids.new_id("xac"), ids.new_id("xcal")
+    today = datetime.now(ZoneInfo(timezone)).date()
+    found = [RemoteEvent(key=f"{uid}.ics", etag=f'"{i}"', components=ical.parse(text))
+             for i, (uid, text) in enumerate(
+                 connected_event(i, CONNECTED_RECURRING, today)
+                 for i in range(CONNECTED_EVENTS))]
+    async with db.transaction() as tx:
+        await connected_store.insert_account(tx, account_id, user_id, "ios",
+                                             "https://caldav.scale.example/", "scale", b"-")
+        await tx.execute("UPDATE external_accounts SET next_sync_at = 'infinity' WHERE id = $1",
+                         account_id)
+        await connected_store.put_calendars(
+            tx, account_id, user_id, "ios",
+            [RemoteCalendar(remote_id="/scale/big/", name="Big", can_edit=True)], [calendar_id])
+        await connected_store.put_events(tx, calendar_id, engine.event_rows(found))
+        await connected_store.synced(tx, calendar_id, "seeded")
+    await connected_store.succeeded(db, account_id, None)
+    await connected_store.select(db, calendar_id, False)
+    return calendar_id
+
+
 async def _settle(db: Database, steps: tuple[tuple[str, str], ...] = SETTLE_STEPS
                   ) -> list[str]:
     done = []
@@ -336,6 +403,7 @@ async def seed(dsn: str, size: int) -> dict[str, Any]:
                                                                    seed_text))
         lap("rsvps")
         await _subscribe(db, bench["user_id"], profile_ids)
+        connected = await _connect(db, bench["user_id"], BENCH_ZONE)
         settled = await _settle(db)
         lap("subscriptions")
         await conn.execute("VACUUM ANALYZE")
@@ -343,11 +411,14 @@ async def seed(dsn: str, size: int) -> dict[str, Any]:
         lap("vacuum_analyze")
         copies = await conn.fetchval(
             "SELECT count(*) FROM calendar_events WHERE calendar_id = $1", bench["calendar_id"])
+        connected_rows = await conn.fetchval(
+            "SELECT count(*) FROM external_events WHERE calendar_id = $1", connected)
     finally:
         await conn.close()
         await db.close()
     return {"size": size, "events": events_written, "rsvps": rsvps_written,
-            "copies": copies, "profiles": len(profile_ids), "settled": settled,
+            "copies": copies, "connected_rows": connected_rows, "profiles": len(profile_ids),
+            "settled": settled,
             "steps": steps, "seconds": round(time.perf_counter() - started, 1)}
 
 

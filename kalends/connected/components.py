@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -101,23 +102,38 @@ def times_json(c: Component) -> dict[str, Any]:
 def from_row(row: Mapping[str, Any]) -> Component:
     """A stored `external_events` row as the component it was made from."""
     t = row["times"]
+    fields = (row["uid"], row["title"], row["description"], row["location"], row["cancelled"],
+              row["transparent"])
     if isinstance(t, (str, bytes)):
-        t = orjson.loads(t)
+        return _parsed(t, *fields)
+    return _component(t, *fields)
+
+
+@lru_cache(maxsize=8192)
+def _parsed(times_text: str | bytes, *fields: Any) -> Component:
+    # The agenda reads the same stored rows on every request, as JSON text: each is
+    # parsed once. Keyed by every column the component is made of, so a row that a
+    # sync changed is parsed again; a Component is immutable, so it can be shared.
+    return _component(orjson.loads(times_text), *fields)
+
+
+def _component(t: Mapping[str, Any], uid: str, title: str, description: str | None,
+               location: str | None, cancelled: bool, transparent: bool) -> Component:
     return Component(
-        uid=row["uid"],
+        uid=uid,
         start=parse_moment(t["start"]),
         zone=t["zone"],
         end=None if t["end"] is None else parse_moment(t["end"]),
         end_zone=t["end_zone"],
-        title=row["title"],
-        description=row["description"],
-        location=row["location"],
+        title=title,
+        description=description,
+        location=location,
         recurrence_id=None if t["recurrence_id"] is None else parse_moment(t["recurrence_id"]),
         rrule=t["rrule"],
         rdates=tuple(parse_moment(m) for m in t["rdates"]),
         exdates=tuple(parse_moment(m) for m in t["exdates"]),
-        cancelled=row["cancelled"],
-        transparent=row["transparent"],
+        cancelled=cancelled,
+        transparent=transparent,
     )
 
 

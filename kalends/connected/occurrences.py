@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo
 
 from kalends import recurrence, times
@@ -27,8 +27,10 @@ Reason = Literal["max_items", "expansion_limit"]
 _UTC = ZoneInfo("UTC")
 
 
-@dataclass(frozen=True)
-class Found:
+class Found(NamedTuple):
+    """One occurrence found in the window (a tuple: a month of weekly masters makes
+    thousands per request, most of them not kept)."""
+
     start: datetime
     end: datetime | None
     start_date: date | None
@@ -178,14 +180,21 @@ def _zone(c: Component, w: Bounds) -> ZoneInfo:
     return components.zone_of(c.zone) or w.tz  # floating: the agenda's clock
 
 
+@lru_cache(maxsize=8192)
 def _slots(c: Component, w: Bounds, limit: int, *, keyed: bool
-           ) -> tuple[list[_Slot], Reason | None]:
-    """The master's slots in the window; with `keyed`, each with its slot key (else "")."""
+           ) -> tuple[tuple[_Slot, ...], Reason | None]:
+    """The master's slots in the window; with `keyed`, each with its slot key (else "").
+
+    Cached: every request of an agenda expands the same stored masters over the same
+    window. Both keys are immutable values (a row that a sync changed is another
+    Component), and the slots depend on nothing else."""
     if c.rrule is None and not c.rdates:
-        return list(_single(c, w)), None
+        return tuple(_single(c, w)), None
     if not isinstance(c.start, datetime):
-        return _all_day_slots(c, w, limit)
-    return _timed_slots(c, w, limit, keyed)
+        slots, reason = _all_day_slots(c, w, limit)
+    else:
+        slots, reason = _timed_slots(c, w, limit, keyed)
+    return tuple(slots), reason
 
 
 def _timed_slots(c: Component, w: Bounds, limit: int, keyed: bool
