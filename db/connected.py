@@ -299,21 +299,41 @@ async def put_events(tx: Tx, calendar_id: str, rows: Sequence[dict[str, Any]]) -
 # -- the agenda's reads ---------------------------------------------------------------
 
 
+# How long a component may last and still be found by its start alone
+# (migration 0021: the others are in the partial index external_events_long).
+_SHORT = "interval '7 days'"
+
+
 async def agenda_events(db: Database, calendar_ids: Sequence[str], start: datetime,
                         end: datetime) -> list[asyncpg.Record]:
     """Components of `calendar_ids` that may meet [start, end), and every other
     component of the same events (overrides and masters go together), each
     with the Kalends event it mirrors when it is a copy Kalends pushed."""
+    # Two index ranges, each bounded on both sides (migration 0021): components of
+    # at most a week by their start, from a week before the window to its end; the
+    # rest by their end, from the window's start. Then each event's components by
+    # external_events_uid, one event at a time (OFFSET 0 keeps the subquery from
+    # being flattened into a join that may hash the whole calendar).
     return await db.fetch(
-        """
+        f"""
         WITH hit AS (
-            SELECT DISTINCT calendar_id, uid FROM external_events
+            SELECT calendar_id, uid FROM external_events
             WHERE calendar_id = ANY($1::text[])
-              AND span_start < $3 AND (span_end IS NULL OR span_end > $2)
+              AND span_end IS NOT NULL AND span_end - span_start <= {_SHORT}
+              AND span_start >= $2::timestamptz - {_SHORT} AND span_start < $3
+              AND span_end > $2
+            UNION
+            SELECT calendar_id, uid FROM external_events
+            WHERE calendar_id = ANY($1::text[])
+              AND (span_end IS NULL OR span_end - span_start > {_SHORT})
+              AND coalesce(span_end, 'infinity'::timestamptz) > $2 AND span_start < $3
         )
         SELECT e.id, e.calendar_id, e.uid, e.recurrence_key, e.title, e.description,
                e.location, e.cancelled, e.transparent, e.times, p.event_id AS mirror_of
-        FROM hit JOIN external_events e ON e.calendar_id = hit.calendar_id AND e.uid = hit.uid
+        FROM hit
+        CROSS JOIN LATERAL (
+            SELECT * FROM external_events x
+            WHERE x.calendar_id = hit.calendar_id AND x.uid = hit.uid OFFSET 0) e
         LEFT JOIN external_pushes p
           ON p.calendar_id = e.calendar_id AND p.remote_key = e.remote_key
         """,

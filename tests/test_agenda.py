@@ -804,6 +804,88 @@ def test_the_agenda_does_not_read_the_past(live_server: Any) -> None:
     assert _rows_read(explained.plan[0]["Plan"], "calendar_events") <= 3
 
 
+def test_a_connected_calendar_is_read_by_the_window_not_by_its_history(
+        live_server: Any) -> None:
+    from db import connected as store
+
+    user = live_server.create_user()
+    db = live_server.db
+    user_id = live_server.call(db.fetchval(
+        "SELECT user_id FROM calendars WHERE id = $1", user.calendar_id))
+    xcal = insert_connected_calendar(live_server, user_id, provider="ios")
+    start = datetime.now(UTC).replace(microsecond=0)
+    end = start + timedelta(days=31)
+    hour, day = timedelta(hours=1), timedelta(days=1)
+    # (uid, recurrence_key, span_start, span_end) of the components that meet the
+    # window, or belong to an event that does: short, long, open-ended, an override
+    # moved into the window with its master ended long ago.
+    current = [
+        ("now", "", start + hour, start + 2 * hour),
+        ("running", "", start - 3 * day, start + hour),
+        ("month", "", start - 20 * day, start + 10 * day),
+        ("weekly", "", start - 400 * day, None),
+        ("weekly", "w1", start + 3 * day, start + 4 * day + hour),
+        ("moved", "", start - 900 * day, start - 800 * day),
+        ("moved", "m1", start + 5 * day, start + 5 * day + hour),
+    ]
+
+    # Others: 6,000 hour-long events every 3 hours back from a week before the
+    # window, 100 two-month stretches that ended before it, 1,000 events after it.
+    others = [(start - 8 * day - k * 3 * hour, start - 8 * day - k * 3 * hour + hour)
+              for k in range(6000)]
+    others += [(start - (70 + k) * day, start - (10 + k) * day) for k in range(100)]
+    others += [(end + k * 3 * hour, end + k * 3 * hour + hour) for k in range(1000)]
+
+    async def seed() -> None:
+        async with db.pool.acquire() as conn:
+            await conn.execute(
+                """
+                INSERT INTO external_events (id, calendar_id, remote_key, recurrence_key, uid,
+                                             title, times, span_start, span_end)
+                SELECT 'xcev_' || md5(random()::text || uid || key), $1, uid, key, uid,
+                       'Event', '{}', s, e
+                FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[])
+                     AS t(uid, key, s, e)
+                """,
+                xcal, [f"other-{k}" for k in range(len(others))] + [c[0] for c in current],
+                [""] * len(others) + [c[1] for c in current],
+                [o[0] for o in others] + [c[2] for c in current],
+                [o[1] for o in others] + [c[3] for c in current])
+            await conn.execute("ANALYZE external_events")
+
+    live_server.call(seed())
+    # What meets the window by the stored spans, and the rest of those events.
+    expected = live_server.call(db.fetch(
+        """
+        SELECT id FROM external_events WHERE calendar_id = $1 AND uid IN (
+            SELECT uid FROM external_events WHERE calendar_id = $1
+              AND span_start < $3 AND (span_end IS NULL OR span_end > $2))
+        """, xcal, start, end))
+    assert len(expected) == len(current)
+    found = live_server.call(store.agenda_events(db, [xcal], start, end))
+    assert sorted(r["id"] for r in found) == sorted(r["id"] for r in expected)
+
+    explained = _Explained(db)
+    live_server.call(store.agenda_events(explained, [xcal], start, end))
+    # Each current component found once by its span and once with its event's
+    # components: not the 7,100 others.
+    assert _rows_read(explained.plan[0]["Plan"], "external_events") <= 2 * len(current)
+
+
+def test_a_connected_span_reaches_rdates_past_the_rules_until() -> None:
+    from kalends.connected import components
+    from kalends.connected.provider import Component
+
+    c = Component(uid="r@x", start=datetime(2027, 1, 4, 9), zone="Europe/Paris",
+                  end=datetime(2027, 1, 4, 10), end_zone="Europe/Paris",
+                  rrule="FREQ=WEEKLY;UNTIL=20270201T080000Z",
+                  rdates=(datetime(2027, 6, 1, 9),))
+    first, last = components.span(c)
+    assert first == datetime(2027, 1, 4, 8, tzinfo=UTC)
+    # The RDATE's occurrence, 09:00 to 10:00 in Paris (UTC+2 in June).
+    assert last is not None and last >= datetime(2027, 6, 1, 8, tzinfo=UTC)
+
+
 # ---------------------------------------------------------------------------
 # Recurring rows are read by where their series ends (migration 0017)
 

@@ -161,7 +161,9 @@ def span(c: Component) -> tuple[datetime, datetime | None]:
     margin = _WIDEST_OFFSET if floating else timedelta()
     last: datetime | None = max(lasts) + margin
     if c.rrule is not None:
-        last = _until(c.rrule, margin + (end - start))
+        # RDATEs may lie past the rule's UNTIL: the later of the two.
+        until = _until(c.rrule, margin + (end - start))
+        last = None if until is None else max(until, last)
     return min(firsts) - margin, last
 
 
