@@ -21,13 +21,13 @@ requests/s, and the ratio of the largest size's p50 to the smallest's (flagged a
 migrations and code into its own databases, served at the same time and measured A B A B per
 request kind (`--rounds` times); both tables and the after/before p50 ratios are printed.
 The agenda is measured twice: over the bench user's default calendars, and with its connected
-calendar too (5,000 CalDAV events, seed.py's `_connect`, named in `calendar_ids`). Both are
-also measured against their floor (`trim_to_window`): at each size, another copy of the
-template in which the bench user's calendars, personal and connected, hold only the rows
-with an occurrence in the 31-day window, served by its own `kalends serve`, checked to give
-the same answers, and measured by the same requests right after the real ones; the last
-tables give agenda p50 / floor p50 (flagged above 1.5). Only the measured checkout gets a
-floor.
+calendar too (5,000 CalDAV events and a history growing with the size, seed.py's `_connect`,
+named in `calendar_ids`). Both are also measured against their floor (`trim_to_window`): at
+each size, another copy of the template in which the bench user's calendars, personal and
+connected, hold only the rows with an occurrence in the 31-day window, served by its own
+`kalends serve`, checked to give the same answers, and measured by the same requests right
+after the real ones; the last tables give agenda p50 / floor p50 (flagged above 1.5). Only the
+measured checkout gets a floor.
 
 `--check`: after measuring a size, create one event, one subscription copy and one RSVP
 through the API and compare their rows' shapes with the seeded rows'. `--explain`: EXPLAIN

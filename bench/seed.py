@@ -27,7 +27,9 @@ What it writes, the same at every size but for the number of events:
   (`kalends.sync.run_sync`), which writes the copies into the user's calendar as the service
   does (and whatever it derives for them, e.g. the series ends of migration 0017);
 - a connected calendar of the bench user (`_connect`): CONNECTED_EVENTS CalDAV events,
-  CONNECTED_RECURRING of them weekly, the iCalendar text of `connected_event` parsed by
+  CONNECTED_RECURRING of them weekly, and its history: one past event every 2 hours for one
+  in HISTORY_EVERY of `size` (500 at 10k, 50,000 at 1M, about 11 years), so that what the
+  agenda reads of it can be seen not to grow; the iCalendar text of `connected_event` parsed by
   `kalends.connected.ical.parse` and stored by the sync's own row builder and store
   (`engine.event_rows`, `db.connected.put_events`), as a CalDAV sync stores them. It is not
   selected, so the default agenda is unchanged; bench/scale.py names it in `calendar_ids`;
@@ -97,6 +99,7 @@ BATCH = 20_000
 CONNECTED_EVENTS = 5000
 CONNECTED_RECURRING = 500
 CONNECTED_ZONES = ("Europe/Paris", "America/New_York", "Asia/Tokyo")
+HISTORY_EVERY = 20
 SETTLE_STEPS = (("kalends.agenda", "settle_recurrence_ends"),)
 """(module, function(db)) run once everything is written, when the checkout has them: what
 the service fills after a write rather than in it."""
@@ -332,7 +335,16 @@ def connected_event(i: int, recurring: int, today: date) -> tuple[str, str]:
     return f"one-{i}@bench", _ics(f"one-{i}@bench", f"Remote {i}", start, zone, None)
 
 
-async def _connect(db: Database, user_id: str, timezone: str) -> str:
+def _history_event(k: int, today: date) -> tuple[str, str]:
+    """(uid, iCalendar text) of the k-th past event, 2k hours before the 30 days of
+    `connected_event`'s."""
+    start = datetime(today.year, today.month, today.day, 8) - timedelta(days=31, hours=2 * k)
+    uid = f"past-{k}@bench"
+    return uid, _ics(uid, f"Remote past {k}", start, CONNECTED_ZONES[k % len(CONNECTED_ZONES)],
+                     None)
+
+
+async def _connect(db: Database, user_id: str, timezone: str, history: int) -> str:
     """The bench user's connected calendar, as a CalDAV account's first sync leaves it.
 
     Never synced by the service: there is no server behind it, so its account's next sync
@@ -340,10 +352,10 @@ async def _connect(db: Database, user_id: str, timezone: str) -> str:
     credential (nothing reads it). Marked synced now, as a sync that succeeded marks it."""
     account_id, calendar_id = ids.new_id("xac"), ids.new_id("xcal")
     today = datetime.now(ZoneInfo(timezone)).date()
+    made = [connected_event(i, CONNECTED_RECURRING, today) for i in range(CONNECTED_EVENTS)]
+    made += [_history_event(k, today) for k in range(history)]
     found = [RemoteEvent(key=f"{uid}.ics", etag=f'"{i}"', components=ical.parse(text))
-             for i, (uid, text) in enumerate(
-                 connected_event(i, CONNECTED_RECURRING, today)
-                 for i in range(CONNECTED_EVENTS))]
+             for i, (uid, text) in enumerate(made)]
     async with db.transaction() as tx:
         await connected_store.insert_account(tx, account_id, user_id, "ios",
                                              "https://caldav.scale.example/", "scale", b"-")
@@ -403,7 +415,7 @@ async def seed(dsn: str, size: int) -> dict[str, Any]:
                                                                    seed_text))
         lap("rsvps")
         await _subscribe(db, bench["user_id"], profile_ids)
-        connected = await _connect(db, bench["user_id"], BENCH_ZONE)
+        connected = await _connect(db, bench["user_id"], BENCH_ZONE, size // HISTORY_EVERY)
         settled = await _settle(db)
         lap("subscriptions")
         await conn.execute("VACUUM ANALYZE")

@@ -159,12 +159,12 @@ def span(c: Component) -> tuple[datetime, datetime | None]:
     floating = is_floating(c.start, c.zone) or (
         c.recurrence_id is not None and is_floating(c.recurrence_id, c.zone))
     margin = _WIDEST_OFFSET if floating else timedelta()
-    last: datetime | None = max(lasts) + margin
-    if c.rrule is not None:
-        # RDATEs may lie past the rule's UNTIL: the later of the two.
-        until = _until(c.rrule, margin + (end - start))
-        last = None if until is None else max(until, last)
-    return min(firsts) - margin, last
+    latest = max(lasts) + margin
+    if c.rrule is None:
+        return min(firsts) - margin, latest
+    # RDATEs may lie past the rule's UNTIL: the later of the two.
+    until = _until(c.rrule, margin + (end - start))
+    return min(firsts) - margin, None if until is None else max(until, latest)
 
 
 def _end_instant(c: Component, start: datetime) -> datetime:
