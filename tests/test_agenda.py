@@ -886,6 +886,43 @@ def test_a_connected_span_reaches_rdates_past_the_rules_until() -> None:
     assert last is not None and last >= datetime(2027, 6, 1, 8, tzinfo=UTC)
 
 
+@pytest.mark.parametrize(("start", "zone", "end", "rule", "count"), [
+    # Across a DST change; into a DST gap; floating, late in the day; UTC in a
+    # provider's form; all-day dates.
+    (datetime(2027, 3, 1, 9), "Europe/Paris", datetime(2027, 3, 1, 10), "FREQ=WEEKLY;COUNT=6",
+     6),
+    (datetime(2027, 3, 20, 2, 30), "Europe/Paris", datetime(2027, 3, 20, 3, 30),
+     "FREQ=DAILY;COUNT=10", 10),
+    (datetime(2027, 1, 4, 23), None, datetime(2027, 1, 5, 1), "FREQ=WEEKLY;BYDAY=MO,FR;COUNT=9",
+     9),
+    (datetime(2027, 1, 4, 23, tzinfo=UTC), None, datetime(2027, 1, 5, 1, tzinfo=UTC),
+     "RRULE:FREQ=MONTHLY;COUNT=4;", 4),
+    (date(2027, 1, 30), None, date(2027, 2, 1), "FREQ=MONTHLY;BYMONTHDAY=30;COUNT=5", 5),
+])
+def test_a_connected_count_series_span_ends_with_its_last_occurrence(
+        start: Any, zone: str | None, end: Any, rule: str, count: int) -> None:
+    from kalends.connected import components, occurrences
+    from kalends.connected.provider import Component
+
+    c = Component(uid="c@x", start=start, zone=zone, end=end, end_zone=zone, rrule=rule)
+    _, last = components.span(c)
+    assert last is not None
+    row = {"id": "xcev_1", "calendar_id": "xcal_1", "uid": "c@x", "recurrence_key": "",
+           "title": "Series", "description": None, "location": None, "cancelled": False,
+           "transparent": False, "times": components.times_json(c), "mirror_of": None}
+    # Every occurrence, as agendas in the zones furthest from UTC and in Paris find it,
+    # ends by the stored span's end, and the end is no later than needed.
+    for name in ("Pacific/Kiritimati", "Pacific/Pago_Pago", "Europe/Paris"):
+        tz = ZoneInfo(name)
+        first, end_day = date(2026, 12, 1), date(2028, 6, 1)
+        bounds = occurrences.Bounds(times.local_midnight(first, tz),
+                                    times.local_midnight(end_day, tz), first, end_day, tz)
+        found, reason = occurrences.expand([row], bounds, 10_000, set())
+        assert reason is None and len(found) == count
+        assert all((f.end or f.start) <= last for f in found)
+        assert last - max(f.end or f.start for f in found) <= timedelta(days=2)
+
+
 # ---------------------------------------------------------------------------
 # Recurring rows are read by where their series ends (migration 0017)
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import orjson
 
-from kalends import times
+from kalends import recurrence, times
 from kalends.connected.provider import Component, Moment
+from kalends.errors import ApiError
 from kalends.notify import ics
 
 # No zone is further than this from UTC: floating times and dates are stored
@@ -164,6 +165,8 @@ def span(c: Component) -> tuple[datetime, datetime | None]:
         return min(firsts) - margin, latest
     # RDATEs may lie past the rule's UNTIL: the later of the two.
     until = _until(c.rrule, margin + (end - start))
+    if until is None:
+        until = _count_end(c, c.rrule, margin + (end - start))
     return min(firsts) - margin, None if until is None else max(until, latest)
 
 
@@ -190,6 +193,35 @@ def _until(rule: str, margin: timedelta) -> datetime | None:
         except ValueError:
             return None
     return None
+
+
+def _count_end(c: Component, rule: str, margin: timedelta) -> datetime | None:
+    """Where a rule with COUNT stops: its last occurrence, expanded as the agenda
+    expands it (kalends.connected.occurrences: the event's own zone, UTC for UTC
+    times, floating times and dates in UTC with `margin` covering every zone), plus
+    `margin`. None for any other rule, one the expander cannot read, or an end out
+    of its reach: the series is then read as never ending, which is safe."""
+    if "COUNT=" not in rule.upper():
+        return None
+    if not isinstance(c.start, datetime):
+        wall, tz = datetime.combine(c.start, time()), _UTC_ZONE
+    elif c.start.tzinfo is not None:
+        wall, tz = c.start.astimezone(UTC).replace(tzinfo=None), _UTC_ZONE
+    else:
+        wall, tz = c.start, zone_of(c.zone) or _UTC_ZONE
+    try:
+        last = recurrence.last_occurrence(rule_text(rule), wall, tz)
+    except (ApiError, ValueError, OverflowError):
+        return None
+    return None if last is None else last.start + margin
+
+
+@lru_cache(maxsize=4096)
+def rule_text(rule: str) -> str:
+    """A provider's RRULE as the expander reads it. Providers write WKST, UNTIL and
+    friends in any order, sometimes with a trailing separator; the expander reads the
+    same parts. Cached: the agenda reads the same stored masters on every request."""
+    return ";".join(p for p in rule.strip().removeprefix("RRULE:").split(";") if p)
 
 
 def digest(c: Component) -> str:

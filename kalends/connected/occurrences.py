@@ -212,12 +212,13 @@ def _timed_slots(c: Component, w: Bounds, limit: int, keyed: bool
     starts: dict[datetime, datetime] = {}
     reason: Reason | None = None
     if c.rrule is not None:
+        rule = components.rule_text(c.rrule)
         expansion = recurrence.occurrences(
-            _rule(c.rrule), wall, tz, w.start - (length or timedelta()), w.end, limit=limit + 1)
+            rule, wall, tz, w.start - (length or timedelta()), w.end, limit=limit + 1)
         # DTSTART is the first instance even where the rule would not select it
         # (contract §12, as recurring-ical-events reads it: unless UNTIL is before
         # it); the rule's own instances, COUNT included, follow as dateutil gives them.
-        if not recurrence.ends_before_start(_rule(c.rrule), wall, tz):
+        if not recurrence.ends_before_start(rule, wall, tz):
             starts[wall] = first
         for o in expansion.items:
             starts.setdefault(o.original_local, o.start)
@@ -249,13 +250,13 @@ def _all_day_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Re
     reason: Reason | None = None
     if c.rrule is not None:
         # Dates recur on their own calendar: expanded as UTC midnights.
+        rule = components.rule_text(c.rrule)
         expansion = recurrence.occurrences(
-            _rule(c.rrule), datetime.combine(first, time()), _UTC,
+            rule, datetime.combine(first, time()), _UTC,
             datetime.combine(w.first_day - length + timedelta(days=1), time(), UTC),
             datetime.combine(w.end_day, time(), UTC), limit=limit + 1)
         days = [o.original_local.date() for o in expansion.items]
-        if not recurrence.ends_before_start(_rule(c.rrule), datetime.combine(first, time()),
-                                            _UTC):
+        if not recurrence.ends_before_start(rule, datetime.combine(first, time()), _UTC):
             days.insert(0, first)  # as above
         reason = expansion.incomplete_reason
     else:
@@ -272,11 +273,3 @@ def _all_day_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Re
 
 def _day(m: Moment) -> date:
     return m.date() if isinstance(m, datetime) else m
-
-
-@lru_cache(maxsize=4096)
-def _rule(rule: str) -> str:
-    # Providers write WKST, UNTIL and friends in any order, sometimes with a
-    # trailing separator; the expander reads the same parts. Cached: the agenda
-    # reads the same stored masters on every request.
-    return ";".join(p for p in rule.strip().removeprefix("RRULE:").split(";") if p)
