@@ -196,24 +196,28 @@ def _until(rule: str, margin: timedelta) -> datetime | None:
 
 
 def _count_end(c: Component, rule: str, margin: timedelta) -> datetime | None:
-    """Where a rule with COUNT stops: its last occurrence, expanded as the agenda
-    expands it (kalends.connected.occurrences: the event's own zone, UTC for UTC
-    times, floating times and dates in UTC with `margin` covering every zone), plus
-    `margin`. None for any other rule, one the expander cannot read, or an end out
-    of its reach: the series is then read as never ending, which is safe."""
-    if "COUNT=" not in rule.upper():
-        return None
-    if not isinstance(c.start, datetime):
-        wall, tz = datetime.combine(c.start, time()), _UTC_ZONE
-    elif c.start.tzinfo is not None:
-        wall, tz = c.start.astimezone(UTC).replace(tzinfo=None), _UTC_ZONE
-    else:
-        wall, tz = c.start, zone_of(c.zone) or _UTC_ZONE
+    """Where a rule with COUNT stops: its last occurrence on the clock the agenda
+    expands it on (`rule_clock`; floating times and dates in UTC, `margin` covering
+    every zone), plus `margin`. None for a rule without an end, one the expander
+    cannot read, or an end out of its reach: the series is then read as never
+    ending, which is safe."""
+    wall, tz = rule_clock(c, _UTC_ZONE)
     try:
         last = recurrence.last_occurrence(rule_text(rule), wall, tz)
     except (ApiError, ValueError, OverflowError):
         return None
     return None if last is None else last.start + margin
+
+
+def rule_clock(c: Component, floating_in: ZoneInfo) -> tuple[datetime, ZoneInfo]:
+    """The clock a master's rule is expanded on: its start as a naive wall time, and
+    that clock's zone. UTC times on UTC's clock, zoned ones on their zone's, floating
+    ones on `floating_in`'s; dates as UTC midnights (they recur on their own calendar)."""
+    if not isinstance(c.start, datetime):
+        return datetime.combine(c.start, time()), _UTC_ZONE
+    if c.start.tzinfo is not None:
+        return c.start.astimezone(UTC).replace(tzinfo=None), _UTC_ZONE
+    return c.start, zone_of(c.zone) or floating_in
 
 
 @lru_cache(maxsize=4096)

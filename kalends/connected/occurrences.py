@@ -200,9 +200,8 @@ def _slots(c: Component, w: Bounds, limit: int, *, keyed: bool
 def _timed_slots(c: Component, w: Bounds, limit: int, keyed: bool
                  ) -> tuple[list[_Slot], Reason | None]:
     assert isinstance(c.start, datetime)
-    tz = _zone(c, w)
+    wall, tz = components.rule_clock(c, w.tz)
     floating = components.is_floating(c.start, c.zone)
-    wall = c.start.astimezone(UTC).replace(tzinfo=None) if c.start.tzinfo else c.start
     first = components.wall_instant(wall, tz)
     length = None
     if c.end is not None:
@@ -249,14 +248,14 @@ def _all_day_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Re
     days: list[date] = []
     reason: Reason | None = None
     if c.rrule is not None:
-        # Dates recur on their own calendar: expanded as UTC midnights.
         rule = components.rule_text(c.rrule)
+        midnight, utc = components.rule_clock(c, _UTC)
         expansion = recurrence.occurrences(
-            rule, datetime.combine(first, time()), _UTC,
+            rule, midnight, utc,
             datetime.combine(w.first_day - length + timedelta(days=1), time(), UTC),
             datetime.combine(w.end_day, time(), UTC), limit=limit + 1)
         days = [o.original_local.date() for o in expansion.items]
-        if not recurrence.ends_before_start(rule, datetime.combine(first, time()), _UTC):
+        if not recurrence.ends_before_start(rule, midnight, utc):
             days.insert(0, first)  # as above
         reason = expansion.incomplete_reason
     else:
