@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from db import rows
+from db import nested, rows
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -54,6 +54,22 @@ async def page(
         """,
         calendar_id, after_ts, after_id, limit,
     )
+
+
+_OF_CALENDAR = f"""
+    SELECT {_COLUMNS} FROM calendar_events ce
+    WHERE ce.calendar_id = k.parent
+"""
+"""Each calendar's stored events as `page` lists them."""
+
+
+async def pages_of_calendars(db: Database, parents: Sequence[nested.Parent], limit: int
+                             ) -> list[list[asyncpg.Record]]:
+    return await nested.pages(db, _OF_CALENDAR, "ce.created_at", parents, limit)
+
+
+async def counts_of_calendars(db: Database, parents: Sequence[str], cap: int) -> list[int]:
+    return await nested.counts(db, _OF_CALENDAR, parents, cap)
 
 
 # Derived by the domain from the written columns, never sent by a client: when a

@@ -4,12 +4,13 @@ db/visibility.py), so neither costs a second query."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 
-from db import rows, visibility
+from db import nested, rows, visibility
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -67,6 +68,117 @@ async def page(
         LIMIT $4
         """,
         *args,
+    )
+
+
+@dataclass(frozen=True)
+class Filter:
+    """What a list of events keeps, beyond visibility (GraphQL's event lists)."""
+
+    profile_ids: tuple[str, ...] | None = None
+    status: str | None = None
+    start: datetime | None = None
+    """With `end`: events that may meet [start, end). A one-off event is kept exactly
+    (its span meets it); a recurring one whenever it starts before `end`, since
+    only its expansion can tell whether an occurrence meets the window."""
+    end: datetime | None = None
+    recurring: bool | None = None
+    """Only recurring events (True) or only one-off events (False)."""
+
+
+Scope = Literal["profile", "series", "all"]
+_SCOPES: dict[Scope, str] = {
+    "profile": "e.profile_id = k.parent",
+    "series": "e.id IN (SELECT event_id FROM series_events WHERE series_id = k.parent)",
+    "all": "k.parent IS NOT NULL",
+}
+
+
+def _nested(scope: Scope) -> str:
+    return f"""
+    {_select('$5')}
+    WHERE {visibility.visible('e', '$5')} AND {_SCOPES[scope]}
+      AND ($6::text[] IS NULL OR e.profile_id = ANY($6::text[]))
+      AND ($7::text IS NULL OR e.status = $7)
+      AND ($8::timestamptz IS NULL OR (
+            e.start_time < $9 AND (
+              e.recurrence_rule IS NOT NULL
+              OR CASE WHEN e.end_time IS NULL THEN e.start_time >= $8 ELSE e.end_time > $8 END)))
+      AND ($10::bool IS NULL OR (e.recurrence_rule IS NOT NULL) = $10)
+    """
+
+
+def _filter_args(f: Filter) -> tuple[Any, ...]:
+    return (list(f.profile_ids) if f.profile_ids is not None else None, f.status, f.start,
+            f.end, f.recurring)
+
+
+async def pages_of(db: Database, viewer_id: str, scope: Scope, parents: Sequence[nested.Parent],
+                   limit: int, f: Filter) -> list[list[asyncpg.Record]]:
+    """Each parent's visible events kept by `f`, by (start_time, id): a profile's
+    or a series' (parent: its id), or all of them (scope `all`)."""
+    return await nested.pages(db, _nested(scope), "e.start_time", parents, limit, viewer_id,
+                              *_filter_args(f))
+
+
+async def counts_of(db: Database, viewer_id: str, scope: Scope, parents: Sequence[str],
+                    cap: int, f: Filter) -> list[int]:
+    return await nested.counts(db, _nested(scope), parents, cap, viewer_id, *_filter_args(f))
+
+
+async def summary_one_off(db: Database, profile_id: str, start: datetime, end: datetime,
+                          tz: str, bucket: str) -> list[asyncpg.Record]:
+    """The profile's one-off events that start in [start, end), with their RSVP
+    counts, grouped by the `bucket` (day, week or month) of their start on `tz`'s
+    calendar; an all-day event starts at its date's midnight there (as the agenda
+    floats it). One row per bucket that has an event."""
+    return await db.fetch(
+        """
+        WITH e AS (
+            SELECT e.id, CASE WHEN e.is_all_day THEN e.start_date::timestamp AT TIME ZONE $4
+                              ELSE e.start_time END AS starts
+            FROM events e
+            WHERE e.profile_id = $1 AND e.recurrence_rule IS NULL
+              -- all-day midnights float with the zone: at most a day either way
+              AND e.start_time >= $2::timestamptz - interval '1 day'
+              AND e.start_time < $3::timestamptz + interval '1 day'
+        ), kept AS (
+            SELECT id, date_trunc($5, starts AT TIME ZONE $4)::date AS bucket
+            FROM e WHERE starts >= $2 AND starts < $3
+        )
+        SELECT kept.bucket, count(DISTINCT kept.id) AS events,
+               count(r.id) FILTER (WHERE r.status = 'going') AS going,
+               count(r.id) FILTER (WHERE r.status = 'maybe') AS maybe,
+               count(r.id) FILTER (WHERE r.status = 'not_going') AS not_going,
+               count(r.id) FILTER (WHERE r.status = 'waitlist') AS waitlist
+        FROM kept LEFT JOIN rsvps r ON r.event_id = kept.id
+        GROUP BY kept.bucket
+        """,
+        profile_id, start, end, tz, bucket,
+    )
+
+
+async def summary_recurring(db: Database, profile_id: str, end: datetime, limit: int
+                            ) -> list[asyncpg.Record]:
+    """The profile's recurring events that start before `end` (the first `limit` by
+    start), with what their expansion needs and their RSVP counts."""
+    return await db.fetch(
+        """
+        SELECT e.id, e.start_time, e.end_time, e.start_timezone, e.end_timezone, e.is_all_day,
+               e.start_date, e.end_date, e.recurrence_rule,
+               count(r.id) FILTER (WHERE r.status = 'going') AS going,
+               count(r.id) FILTER (WHERE r.status = 'maybe') AS maybe,
+               count(r.id) FILTER (WHERE r.status = 'not_going') AS not_going,
+               count(r.id) FILTER (WHERE r.status = 'waitlist') AS waitlist
+        FROM (
+            SELECT * FROM events
+            WHERE profile_id = $1 AND recurrence_rule IS NOT NULL AND start_time < $2
+            ORDER BY start_time, id LIMIT $3
+        ) e LEFT JOIN rsvps r ON r.event_id = e.id
+        GROUP BY e.id, e.start_time, e.end_time, e.start_timezone, e.end_timezone, e.is_all_day,
+                 e.start_date, e.end_date, e.recurrence_rule
+        """,
+        profile_id, end, limit,
     )
 
 

@@ -7,11 +7,12 @@ see the target (db/visibility.py), so a page costs one query whatever its size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 import asyncpg
 
-from db import visibility
+from db import nested, visibility
 from db.database import Database, Tx
 
 _COLUMNS = "f.id, f.following_type, f.target_id, f.created_at"
@@ -109,3 +110,20 @@ async def followers_page(
         """,
         profile_id, after_ts, after_id, limit,
     )
+
+
+_FOLLOWERS = """
+    SELECT f.id, f.created_at, u.display_name
+    FROM follows f JOIN users u ON u.id = f.user_id
+    WHERE f.following_type = 'profile' AND f.target_id = k.parent
+"""
+"""Each profile's followers, as `followers_page` lists them."""
+
+
+async def followers_pages(db: Database, parents: Sequence[nested.Parent], limit: int
+                          ) -> list[list[asyncpg.Record]]:
+    return await nested.pages(db, _FOLLOWERS, "f.created_at", parents, limit)
+
+
+async def followers_counts(db: Database, parents: Sequence[str], cap: int) -> list[int]:
+    return await nested.counts(db, _FOLLOWERS, parents, cap)

@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from db import rows
+from db import nested, rows
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -58,6 +58,24 @@ async def administered_page(
         """,
         viewer_id, after_ts, after_id, limit,
     )
+
+
+_OF_ORGANIZATION = f"""
+    SELECT {_COLUMNS}, m.role AS viewer_role {_FROM.format(viewer="$5")}
+    WHERE p.organization_id = k.parent AND p.deleted_at IS NULL
+      AND (p.owner_user_id = $5 OR m.role IN ('owner', 'admin'))
+"""
+"""An organization's profiles as `administered_page` lists them."""
+
+
+async def pages_of_organizations(db: Database, viewer_id: str, parents: Sequence[nested.Parent],
+                                 limit: int) -> list[list[asyncpg.Record]]:
+    return await nested.pages(db, _OF_ORGANIZATION, "p.created_at", parents, limit, viewer_id)
+
+
+async def counts_of_organizations(db: Database, viewer_id: str, parents: Sequence[str],
+                                  cap: int) -> list[int]:
+    return await nested.counts(db, _OF_ORGANIZATION, parents, cap, viewer_id)
 
 
 async def insert(

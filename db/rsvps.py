@@ -8,6 +8,7 @@ from typing import Any
 
 import asyncpg
 
+from db import nested
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -37,6 +38,25 @@ async def page(
         """,
         event_id, only_user, after_ts, after_id, limit,
     )
+
+
+_OF_EVENT = f"""
+    SELECT {_COLUMNS} FROM rsvps r
+    WHERE r.event_id = k.parent AND ($5::text IS NULL OR r.user_id = $5)
+      AND ($6::text IS NULL OR r.status = $6)
+"""
+"""Each event's RSVPs as `page` lists them, of one status ($6) when set."""
+
+
+async def pages_of_events(db: Database, parents: Sequence[nested.Parent], limit: int, *,
+                          only_user: str | None, status: str | None
+                          ) -> list[list[asyncpg.Record]]:
+    return await nested.pages(db, _OF_EVENT, "r.created_at", parents, limit, only_user, status)
+
+
+async def counts_of_events(db: Database, parents: Sequence[str], cap: int, *,
+                           only_user: str | None, status: str | None) -> list[int]:
+    return await nested.counts(db, _OF_EVENT, parents, cap, only_user, status)
 
 
 async def by_id(db: Database | Tx, rsvp_id: str) -> asyncpg.Record | None:

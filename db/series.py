@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from db import rows, visibility
+from db import nested, rows, visibility
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -68,6 +68,21 @@ async def page(
         """,
         viewer_id, after_ts, after_id, limit, profile_id,
     )
+
+
+def _of_profile() -> str:
+    return f"{_select('$5')} WHERE s.profile_id = k.parent AND {visibility.visible('s', '$5')}"
+
+
+async def pages_of_profiles(db: Database, viewer_id: str, parents: Sequence[nested.Parent],
+                            limit: int) -> list[list[asyncpg.Record]]:
+    """Each profile's visible series, as `page` lists them."""
+    return await nested.pages(db, _of_profile(), "s.created_at", parents, limit, viewer_id)
+
+
+async def counts_of_profiles(db: Database, viewer_id: str, parents: Sequence[str], cap: int
+                             ) -> list[int]:
+    return await nested.counts(db, _of_profile(), parents, cap, viewer_id)
 
 
 async def insert(db: Database | Tx, series_id: str, profile_id: str, values: dict[str, Any]

@@ -8,6 +8,7 @@ import strawberry
 
 from graph.context import Context
 from graph.scalars import Timestamp
+from graph.types import Event
 from kalends import agenda as domain
 
 Info = strawberry.Info[Context, None]
@@ -62,6 +63,17 @@ class AgendaItem:
     start_date: dt.date | None = strawberry.field(description="All-day items only.")
     end_date: dt.date | None = strawberry.field(description="All-day items only, exclusive.")
     description: str | None
+    source_event_id: strawberry.Private[str | None]
+
+    @strawberry.field(description=(
+        "The public event a subscription copy is a copy of, when the caller may read it; "
+        "null otherwise (and for personal and connected items)."
+    ))
+    async def event(self, info: Info) -> Event | None:
+        if self.source_event_id is None:
+            return None
+        row = await info.context.loaders.event.load(self.source_event_id)
+        return Event.from_row(row) if row is not None else None
 
     @classmethod
     def from_domain(cls, item: domain.Item) -> AgendaItem:
@@ -84,6 +96,7 @@ class AgendaItem:
                 if item.subscription_id is not None else None,
             ),
             start_date=item.start_date, end_date=item.end_date, description=item.description,
+            source_event_id=item.source_event_id,
         )
 
 

@@ -7,6 +7,7 @@ import strawberry
 
 from db import calendar_events as event_store
 from db import calendars as store
+from graph import lists
 from graph.context import Context
 from graph.dataloaders import reload
 from graph.inputs import input_type, parse_input
@@ -31,6 +32,16 @@ class Calendar:
     is_default: bool = strawberry.field(description="The calendar created with the user.")
     created_at: Timestamp
     updated_at: Timestamp
+
+    @strawberry.field(description=(
+        "The calendar's stored events, as `calendar_events` lists them: by creation time, "
+        "a recurring event as its one row (the agenda expands them)."
+    ))
+    async def events(self, info: Info, limit: int = 20, cursor: str | None = None
+                     ) -> Page[CalendarEvent]:
+        return await lists.CALENDAR_EVENTS.page(
+            info.context, str(self.id), f"calendar-events:{self.id}", limit, cursor, None,
+            CalendarEvent.from_row)
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Calendar:

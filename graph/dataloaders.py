@@ -6,9 +6,10 @@ or leaks one caller's view of a row to another.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from functools import cached_property
+from typing import Any
 
 import asyncpg
 from strawberry.dataloader import DataLoader
@@ -24,6 +25,16 @@ class Loaders:
     def __init__(self, db: Database, viewer: Viewer) -> None:
         self._db = db
         self._viewer = viewer
+        self._keyed: dict[str, DataLoader[Any, Any]] = {}
+
+    def keyed(self, name: str, load: Callable[[Sequence[Any]], Awaitable[list[Any]]]
+              ) -> DataLoader[Any, Any]:
+        """The request's loader called `name`, made with `load` on first use (the
+        connections of graph/connections.py: one per kind of list)."""
+        loader = self._keyed.get(name)
+        if loader is None:
+            loader = self._keyed[name] = DataLoader(load_fn=load)
+        return loader
 
     @cached_property
     def profile(self) -> DataLoader[str, asyncpg.Record | None]:

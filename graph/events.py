@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import asyncpg
 import strawberry
 
 from db import events as store
+from graph import lists
 from graph.context import Context
 from graph.dataloaders import reload
 from graph.inputs import input_type, parse_input
@@ -48,10 +51,22 @@ async def _create(ctx: Context, profile_id: str, data: domain.ProfileEventCreate
 
 @strawberry.type
 class EventQueries:
-    @strawberry.field(description="Events visible to the caller, by start time.")
-    async def events(self, info: Info, limit: int = 20, cursor: str | None = None
-                     ) -> Page[Event]:
+    @strawberry.field(description=(
+        "Events visible to the caller, by start time. Filters as `Profile.events`: "
+        "`from` and `to` (both or neither, at most 366 days apart) keep the events that "
+        "meet [from, to); `status` scheduled or cancelled; `profile_ids` (at most 100) "
+        "those of these profiles."
+    ))
+    async def events(
+        self, info: Info, limit: int = 20, cursor: str | None = None,
+        from_: Annotated[str | None, strawberry.argument(name="from")] = None,
+        to: str | None = None, status: str | None = None,
+        profile_ids: list[strawberry.ID] | None = None,
+    ) -> Page[Event]:
         ctx = info.context
+        if from_ is not None or to is not None or status is not None or profile_ids is not None:
+            wanted = None if profile_ids is None else [str(p) for p in profile_ids]
+            return await lists.events(ctx, limit, cursor, from_, to, status, wanted)
         return await page(
             ctx, "events", limit, cursor,
             lambda after, n: store.page(ctx.db, ctx.viewer.user_id, after, n),

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 import asyncpg
 
 from graph.context import Context
-from graph.types import Page
-from kalends.pagination import check_limit
+from graph.types import Count, Page
+from kalends.pagination import COUNT_CAP, check_limit
 
 T = TypeVar("T")
 K = TypeVar("K", datetime, float)
@@ -49,4 +49,11 @@ async def _page(
     after = decode(key, cursor) if cursor else None
     rows: list[Any] = await fetch(after, limit + 1)
     rows, has_more, next_cursor = ctx.services.cursors.page(key, rows, limit, order=order)
-    return Page(data=[item(r) for r in rows], has_more=has_more, next_cursor=next_cursor)
+    # The total is what the same statement reads from the start, up to the cap: it
+    # cannot disagree with the pages, and it is read only when asked for.
+    return Page(data=[item(r) for r in rows], has_more=has_more, next_cursor=next_cursor,
+                count=Count(lambda: _total(fetch)))
+
+
+async def _total(fetch: Callable[[Any, int], Awaitable[list[Any]]]) -> int:
+    return len(await fetch(None, COUNT_CAP + 1))

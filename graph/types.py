@@ -3,14 +3,37 @@ synchronous getattr, never a coroutine per field."""
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+import asyncio
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Generic, TypeVar
 
 import asyncpg
 import strawberry
 
+from graph.context import Context
 from graph.scalars import Timestamp
+from kalends.pagination import COUNT_CAP
+
+if TYPE_CHECKING:
+    from graph.follows import Follower
 
 T = TypeVar("T")
+Info = strawberry.Info[Context, None]
+
+
+class Count:
+    """A list's total, read on first demand and then shared by `total_count` and
+    `total_count_is_capped`: `read` counts up to COUNT_CAP + 1."""
+
+    def __init__(self, read: Callable[[], Awaitable[int]]) -> None:
+        self._read = read
+        self._task: asyncio.Future[int] | None = None
+
+    async def value(self) -> int:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._read())
+        return await self._task
 
 
 @strawberry.type(description="A page of a list, in the list's stable order.")
@@ -18,6 +41,22 @@ class Page(Generic[T]):
     data: list[T]
     has_more: bool
     next_cursor: str | None
+    count: strawberry.Private[Count | None] = None
+
+    @strawberry.field(description=(
+        f"How many items the list and its filters page through, exact up to {COUNT_CAP:,}."
+    ))
+    async def total_count(self) -> int:
+        return min(await self._total(), COUNT_CAP)
+
+    @strawberry.field(description=f"True when `total_count` stopped at {COUNT_CAP:,}.")
+    async def total_count_is_capped(self) -> bool:
+        return await self._total() > COUNT_CAP
+
+    async def _total(self) -> int:
+        if self.count is None:  # a list that is never paged: it is all here
+            return len(self.data)
+        return await self.count.value()
 
 
 @strawberry.type
@@ -27,6 +66,15 @@ class Organization:
     handle: str | None
     role: str = strawberry.field(description="The caller's role: owner, admin or member.")
     is_default: bool
+
+    @strawberry.field(description=(
+        "The organization's profiles the caller may list, as `profiles` lists them: "
+        "those the caller owns or administers."
+    ))
+    async def profiles(self, info: Info, limit: int = 20, cursor: str | None = None
+                       ) -> Page[Profile]:
+        from graph import lists
+        return await lists.organization_profiles(info.context, str(self.id), limit, cursor)
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Organization:
@@ -49,10 +97,56 @@ class Profile:
     organization_id: strawberry.ID
     created_at: Timestamp | None
     updated_at: Timestamp | None
+    row: strawberry.Private[asyncpg.Record]
+
+    @strawberry.field(description=(
+        "The profile's events as `profile_events` shows them to the caller, by start "
+        "time: with `from` and `to` (RFC 3339 with an offset, both or neither, at most "
+        "366 days apart) those that meet [from, to) (a one-off event by its span, a "
+        "recurring one by any occurrence); with `status`, scheduled or cancelled ones."
+    ))
+    async def events(
+        self, info: Info, limit: int = 20, cursor: str | None = None,
+        from_: Annotated[str | None, strawberry.argument(name="from")] = None,
+        to: str | None = None, status: str | None = None,
+    ) -> Page[Event]:
+        from graph import lists
+        return await lists.profile_events(info.context, str(self.id), limit, cursor,
+                                          from_, to, status)
+
+    @strawberry.field(description="The profile's series visible to the caller.")
+    async def series(self, info: Info, limit: int = 20, cursor: str | None = None
+                     ) -> Page[Series]:
+        from graph import lists
+        return await lists.profile_series(info.context, str(self.id), limit, cursor)
+
+    @strawberry.field(description=(
+        "Who follows the profile: for a public profile, or for those who administer it "
+        "(null with a resource_not_found error otherwise, as profile_followers)."
+    ))
+    async def followers(self, info: Info, limit: int = 20, cursor: str | None = None
+                        ) -> Page[Annotated[Follower, strawberry.lazy("graph.follows")]] | None:
+        from graph import lists
+        return await lists.profile_followers(info.context, self.row, limit, cursor)
+
+    @strawberry.field(description=(
+        "RSVP counts per `bucket` (day, week (ISO, from Monday) or month) of [from, to) "
+        "on `timezone`'s calendar (default the caller's, else UTC), every bucket listed: "
+        "the profile's events that start in it (each occurrence of a recurring event "
+        "one event; its RSVPs counted once, in the bucket of its first occurrence in the "
+        "window) and their RSVPs. For the profile's administrators (forbidden otherwise)."
+    ))
+    async def rsvp_summary(
+        self, info: Info, from_: Annotated[str, strawberry.argument(name="from")], to: str,
+        bucket: str = "week", timezone: str | None = None,
+    ) -> list[RsvpBucket]:
+        from graph import lists
+        return await lists.rsvp_summary(info.context, self.row, from_, to, bucket, timezone)
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Profile:
         return cls(
+            row=row,
             id=strawberry.ID(row["id"]), platform_id=row["platform_id"],
             display_name=row["display_name"], description=row["description"],
             profile_image_url=row["profile_image_url"], header_image_url=row["header_image_url"],
@@ -141,6 +235,12 @@ class Series:
     created_at: Timestamp | None
     updated_at: Timestamp | None
 
+    @strawberry.field(description="The series' events visible to the caller, by start time.")
+    async def events(self, info: Info, limit: int = 20, cursor: str | None = None
+                     ) -> Page[Event]:
+        from graph import lists
+        return await lists.series_events(info.context, str(self.id), limit, cursor)
+
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Series:
         return cls(
@@ -198,6 +298,29 @@ class Event:
     updated_at: Timestamp | None
     transparency: str = strawberry.field(description="opaque (busy) or transparent (free).")
     rsvp_settings: RsvpSettings
+    row: strawberry.Private[asyncpg.Record]
+
+    @strawberry.field(description=(
+        "The event's RSVPs as `event_rsvps` shows them: all of them to whoever "
+        "administers the event, the caller's own to anyone else; with `status`, of "
+        "that status only."
+    ))
+    async def rsvps(self, info: Info, limit: int = 20, cursor: str | None = None,
+                    status: str | None = None) -> Page[Rsvp]:
+        from graph import lists
+        return await lists.event_rsvps(info.context, self.row, limit, cursor, status)
+
+    @strawberry.field(description=(
+        "The event's occurrences that meet [from, to) (RFC 3339 with an offset, at most "
+        "62 days apart), as the agenda expands it: sorted, at most 500; `timezone` "
+        "(default the caller's, else UTC) sets `local_*`."
+    ))
+    def occurrences(
+        self, info: Info, from_: Annotated[str, strawberry.argument(name="from")], to: str,
+        timezone: str | None = None,
+    ) -> list[EventOccurrence]:
+        from graph import lists
+        return lists.event_occurrences(info.context, self.row, from_, to, timezone)
 
     @strawberry.field(description="The owning profile, when visible (expand=profile).")
     async def profile(self, info: strawberry.Info) -> Profile | None:
@@ -231,5 +354,34 @@ class Event:
             cancellation_reason=row["cancellation_reason"], cancelled_at=row["cancelled_at"],
             is_rescheduled=row["is_rescheduled"], created_at=row["created_at"],
             updated_at=row["updated_at"], transparency=row["transparency"],
-            rsvp_settings=RsvpSettings.from_row(row),
+            rsvp_settings=RsvpSettings.from_row(row), row=row,
         )
+
+
+@strawberry.type(description="One occurrence of an event, as the agenda expands it.")
+class EventOccurrence:
+    occurrence_id: str = strawberry.field(
+        description="`<event_id>:<original start YYYYMMDDTHHMMSSZ>`, or `<event_id>:<YYYYMMDD>` "
+        "for all-day occurrences."
+    )
+    start: Timestamp
+    end: Timestamp | None = strawberry.field(description="Null for a point in time.")
+    local_start: dt.datetime = strawberry.field(description="`start` in the asked zone.")
+    local_end: dt.datetime | None = strawberry.field(description="`end` in the asked zone.")
+    start_date: dt.date | None = strawberry.field(description="All-day occurrences only.")
+    end_date: dt.date | None = strawberry.field(
+        description="All-day occurrences only, exclusive.")
+    is_all_day: bool
+
+
+@strawberry.type(description=(
+    "RSVP counts of one day, ISO week or month: the events that start in it and their "
+    "RSVPs."
+))
+class RsvpBucket:
+    start: dt.date = strawberry.field(description="The bucket's first day.")
+    events: int
+    going: int
+    maybe: int
+    not_going: int
+    waitlist: int

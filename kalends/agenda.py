@@ -80,6 +80,8 @@ class Item(NamedTuple):
     start_date: date | None
     end_date: date | None
     description: str | None
+    source_event_id: str | None
+    """The public event a subscription copy is a copy of."""
 
 
 @dataclass(frozen=True)
@@ -291,9 +293,15 @@ def _occurrence_id(slot: _Slot) -> str:
     row = slot[4]
     if isinstance(row, occurrences.Found):
         return row.occurrence_id
-    if slot[2] is None:
-        return f"{row['id']}:{times.compact_utc(slot[0])}"
-    return f"{row['id']}:{slot[2].isoformat().replace('-', '')}"
+    return occurrence_id(row["id"], Span(*slot[:4]))
+
+
+def occurrence_id(event_id: str, span: Span) -> str:
+    """`<event_id>:<original start, YYYYMMDDTHHMMSSZ>`, or `<event_id>:<YYYYMMDD>`
+    for an all-day occurrence."""
+    if span.start_date is None:
+        return f"{event_id}:{times.compact_utc(span.start)}"
+    return f"{event_id}:{span.start_date.isoformat().replace('-', '')}"
 
 
 class Span(NamedTuple):
@@ -477,8 +485,8 @@ def _item(slot: _Slot, occurrence_id: str, tz: ZoneInfo) -> Item:
         row["title"],  # title
         start,  # start
         end,  # end
-        _local(start, tz),  # local_start
-        _local(end, tz) if end is not None else None,  # local_end
+        local(start, tz),  # local_start
+        local(end, tz) if end is not None else None,  # local_end
         row["is_all_day"],  # is_all_day
         row["location"],  # location
         row["transparency"] == "opaque",  # busy
@@ -489,10 +497,11 @@ def _item(slot: _Slot, occurrence_id: str, tz: ZoneInfo) -> Item:
         start_date,  # start_date
         end_date,  # end_date
         row["description"],  # description
+        row["source_event_id"],  # source_event_id
     )
 
 
-def _local(instant: datetime, tz: ZoneInfo) -> datetime:
+def local(instant: datetime, tz: ZoneInfo) -> datetime:
     """The instant on `tz`'s clock, with its offset; whole seconds as everywhere."""
     return instant.astimezone(tz).replace(microsecond=0)
 
@@ -507,8 +516,8 @@ def _external_item(f: occurrences.Found, occurrence_id: str, tz: ZoneInfo) -> It
         title=c.title,
         start=f.start,
         end=f.end,
-        local_start=_local(f.start, tz),
-        local_end=_local(f.end, tz) if f.end is not None else None,
+        local_start=local(f.start, tz),
+        local_end=local(f.end, tz) if f.end is not None else None,
         is_all_day=f.start_date is not None,
         location=c.location,
         busy=not c.transparent,
@@ -519,4 +528,5 @@ def _external_item(f: occurrences.Found, occurrence_id: str, tz: ZoneInfo) -> It
         start_date=f.start_date,
         end_date=f.end_date,
         description=c.description,
+        source_event_id=None,
     )

@@ -22,6 +22,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAC_BYTES = 16
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
+COUNT_CAP = 10_000
+"""A list's `total_count` is exact up to this many items."""
 
 
 class Cursors:

@@ -1,0 +1,137 @@
+"""Connections: the lists under an object (`Profile.events`, `Organization.profiles`,
+...), paged like the top-level lists and with the visibility of the REST read that
+lists the same things.
+
+A document asks for a connection once per parent (20 profiles' events), so each
+connection loads through a per-request DataLoader: the pages of a whole level are
+one statement (db/nested.py), whatever their number and size. Pages asked with the
+same filters and size share a statement; a parent asked twice (two aliases, two
+cursors) is simply two of its parents.
+
+A list may keep only some of the rows its statement reads (`keep`: an event list's
+window, which only recurrence expansion can decide); its page then reads on past
+the rows it drops, at most MAX_SCAN rows, and a page cut short by that bound says
+`has_more` with a cursor after the last row read, so the next page goes on from
+there and nothing is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, NamedTuple, TypeVar
+
+import asyncpg
+
+from db.nested import Parent
+from graph.context import Context
+from graph.types import Count, Page
+from kalends.pagination import check_limit
+
+S = TypeVar("S", bound=Hashable)
+T = TypeVar("T")
+
+MAX_SCAN = 1000
+"""Rows one page of a filtered list reads past those it keeps, per parent."""
+
+Fetch = Callable[[Context, Sequence[Parent], int, S], Awaitable[list[list[asyncpg.Record]]]]
+Counts = Callable[[Context, Sequence[str], S], Awaitable[list[int]]]
+Keep = Callable[[asyncpg.Record, S], bool]
+
+
+class _Want(NamedTuple):
+    parent: str
+    after: tuple[datetime, str] | None
+    rows: int  # the page's limit + 1: one more tells whether there are more
+    spec: Hashable
+
+
+class _Found(NamedTuple):
+    rows: list[asyncpg.Record]
+    resume: tuple[datetime, str] | None
+    """Set when the page stopped at MAX_SCAN: where the next one goes on."""
+
+
+@dataclass(frozen=True)
+class Connection(Generic[S]):
+    """One kind of list under a parent. `fetch` reads each parent's next rows in
+    `order` (then id); `counts` counts each parent's list up to COUNT_CAP + 1; `spec`
+    is what the list is filtered by (hashable: it keys the batches)."""
+
+    name: str
+    order: str
+    fetch: Fetch[S]
+    counts: Counts[S]
+    keep: Keep[S] | None = None
+
+    async def page(self, ctx: Context, parent: str, list_key: str, limit: int,
+                   cursor: str | None, spec: S, item: Callable[[asyncpg.Record], T]
+                   ) -> Page[T]:
+        """`list_key` binds cursors to this parent's list and filters (and, as every
+        cursor, to the caller)."""
+        limit = check_limit(limit)
+        key = f"{list_key}:{ctx.viewer.user_id}"
+        cursors = ctx.services.cursors
+        after = cursors.decode(key, cursor) if cursor else None
+        pages = ctx.loaders.keyed(f"{self.name}:pages", lambda wants: self._pages(ctx, wants))
+        found: _Found = await pages.load(_Want(parent, after, limit + 1, spec))
+        rows, has_more, next_cursor = cursors.page(key, found.rows, limit, order=self.order)
+        if not has_more and found.resume is not None:
+            has_more, next_cursor = True, cursors.encode(key, *found.resume)
+        totals = ctx.loaders.keyed(f"{self.name}:counts", lambda keys: self._counts(ctx, keys))
+        return Page(data=[item(r) for r in rows], has_more=has_more, next_cursor=next_cursor,
+                    count=Count(lambda: totals.load((parent, spec))))
+
+    async def _pages(self, ctx: Context, wants: Sequence[_Want]) -> list[_Found]:
+        found: list[_Found | None] = [None] * len(wants)
+        for indexes in _grouped(wants, lambda w: (w.rows, w.spec)).values():
+            first = wants[indexes[0]]
+            batch = await self._fill(ctx, [wants[i] for i in indexes], first.rows, first.spec)
+            for i, f in zip(indexes, batch, strict=True):
+                found[i] = f
+        return [f for f in found if f is not None]
+
+    async def _fill(self, ctx: Context, wants: list[_Want], rows: int, spec: Any
+                    ) -> list[_Found]:
+        kept: list[list[asyncpg.Record]] = [[] for _ in wants]
+        after = [w.after for w in wants]
+        scanned = [0] * len(wants)
+        resume: list[tuple[datetime, str] | None] = [None] * len(wants)
+        active, size = list(range(len(wants))), rows
+        while active:
+            parents = [(wants[i].parent, *(after[i] or (None, None))) for i in active]
+            lists = await self.fetch(ctx, parents, size, spec)
+            again = []
+            for i, read in zip(active, lists, strict=True):
+                scanned[i] += len(read)
+                kept[i] += read if self.keep is None else [r for r in read if self.keep(r, spec)]
+                if len(kept[i]) >= rows or len(read) < size:
+                    continue  # the page is full, or the list has ended
+                after[i] = (read[-1][self.order], read[-1]["id"])
+                if scanned[i] >= MAX_SCAN:
+                    resume[i] = after[i]
+                    continue
+                again.append(i)
+            active, size = again, min(MAX_SCAN, size * 4)
+        return [_Found(k[:rows], r) for k, r in zip(kept, resume, strict=True)]
+
+    async def _counts(self, ctx: Context, keys: Sequence[tuple[str, Any]]) -> list[int]:
+        totals = [0] * len(keys)
+        for indexes in _grouped(keys, lambda k: k[1]).values():
+            batch = await self.counts(ctx, [keys[i][0] for i in indexes], keys[indexes[0]][1])
+            for i, n in zip(indexes, batch, strict=True):
+                totals[i] = n
+        return totals
+
+
+K = TypeVar("K")
+
+
+def _grouped(items: Sequence[K], by: Callable[[K], Hashable]) -> dict[Hashable, list[int]]:
+    """The indexes of `items`, by `by` of each."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, x in enumerate(items):
+        groups.setdefault(by(x), []).append(i)
+    return groups
+

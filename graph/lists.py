@@ -1,0 +1,267 @@
+"""The dashboard graph's fields (contract §15): the lists under each object, an
+event's occurrences and a profile's RSVP summary. Each list has the visibility of
+the REST read that lists the same things; the rules are the ones those reads
+use, and what is new is decided in `kalends.dashboard`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import asyncpg
+
+from db import calendar_events, follows, profiles, rsvps, series
+from db import events as event_store
+from db.nested import Parent
+from graph.connections import Connection
+from graph.context import Context
+from graph.scalars import Timestamp
+from graph.types import Event, EventOccurrence, Page, Profile, Rsvp, RsvpBucket, Series
+from kalends import agenda, dashboard, ids
+from kalends import follows as follow_rules
+from kalends import profiles as profile_rules
+from kalends.errors import ApiError, forbidden
+from kalends.pagination import COUNT_CAP
+
+_ALL = "*"
+"""The parent of the one list that has none (`Query.events` with filters)."""
+MAX_PROFILE_IDS = 100
+MAX_SUMMARY_RECURRING = 5000
+"""Recurring events one RSVP summary expands, the first by start."""
+
+
+# ---------------------------------------------------------------------------
+# Events: a profile's, a series', or all visible ones, kept by a Filter
+
+
+def _events(scope: event_store.Scope) -> Connection[event_store.Filter]:
+    async def fetch(ctx: Context, parents: Sequence[Parent], n: int, f: event_store.Filter
+                    ) -> list[list[asyncpg.Record]]:
+        return await event_store.pages_of(ctx.db, ctx.viewer.user_id, scope, parents, n, f)
+
+    async def counts(ctx: Context, parents: Sequence[str], f: event_store.Filter) -> list[int]:
+        db, viewer, cap = ctx.db, ctx.viewer.user_id, COUNT_CAP + 1
+        if f.start is None or f.end is None:
+            return await event_store.counts_of(db, viewer, scope, parents, cap, f)
+        # One-off events are decided by SQL; recurring ones by their expansion.
+        one_off = await event_store.counts_of(db, viewer, scope, parents, cap,
+                                              replace(f, recurring=False))
+        recurring = await event_store.pages_of(db, viewer, scope,
+                                               [(p, None, None) for p in parents], cap,
+                                               replace(f, recurring=True))
+        return [n + sum(1 for r in rows if _meets(r, f))
+                for n, rows in zip(one_off, recurring, strict=True)]
+
+    return Connection(f"events:{scope}", "start_time", fetch, counts, keep=_meets)
+
+
+def _meets(row: asyncpg.Record, f: event_store.Filter) -> bool:
+    if f.start is None or f.end is None or row["recurrence_rule"] is None:
+        return True  # the statement decided it
+    return dashboard.event_meets(row, dashboard.Range(f.start, f.end))
+
+
+_PROFILE_EVENTS = _events("profile")
+_SERIES_EVENTS = _events("series")
+_ALL_EVENTS = _events("all")
+
+
+def _event_filter(start: str | None, end: str | None, status: str | None,
+                  profile_ids: Sequence[str] | None = None) -> event_store.Filter:
+    r = dashboard.parse_range(start, end)
+    if profile_ids is not None and len(profile_ids) > MAX_PROFILE_IDS:
+        raise ApiError("invalid_field",
+                       f"`profile_ids` must list at most {MAX_PROFILE_IDS} profiles.",
+                       param="profile_ids")
+    return event_store.Filter(
+        profile_ids=tuple(dict.fromkeys(ids.parse("prf", p, param="profile_ids")
+                                        for p in profile_ids))
+        if profile_ids is not None else None,
+        status=dashboard.check_status(status),
+        start=r.start if r else None, end=r.end if r else None,
+    )
+
+
+def _key(base: str, f: event_store.Filter) -> str:
+    """Cursors of a filtered list are its own; unfiltered, they are the REST list's."""
+    if f == event_store.Filter():
+        return base
+    return f"{base}?{f.profile_ids}:{f.status}:{f.start}:{f.end}"
+
+
+async def profile_events(ctx: Context, profile_id: str, limit: int, cursor: str | None,
+                         start: str | None, end: str | None, status: str | None
+                         ) -> Page[Event]:
+    f = _event_filter(start, end, status)
+    return await _PROFILE_EVENTS.page(ctx, profile_id, _key(f"profile-events:{profile_id}", f),
+                                      limit, cursor, f, Event.from_row)
+
+
+async def series_events(ctx: Context, series_id: str, limit: int, cursor: str | None
+                        ) -> Page[Event]:
+    return await _SERIES_EVENTS.page(ctx, series_id, f"series-events:{series_id}", limit,
+                                     cursor, event_store.Filter(), Event.from_row)
+
+
+async def events(ctx: Context, limit: int, cursor: str | None, start: str | None,
+                 end: str | None, status: str | None, profile_ids: Sequence[str] | None
+                 ) -> Page[Event]:
+    """`Query.events` with filters."""
+    f = _event_filter(start, end, status, profile_ids)
+    return await _ALL_EVENTS.page(ctx, _ALL, _key("events", f), limit, cursor, f,
+                                  Event.from_row)
+
+
+# ---------------------------------------------------------------------------
+# Profiles of an organization, series and followers of a profile, RSVPs of an event
+
+
+async def _organization_pages(ctx: Context, parents: Sequence[Parent], n: int, _: None
+                              ) -> list[list[asyncpg.Record]]:
+    return await profiles.pages_of_organizations(ctx.db, ctx.viewer.user_id, parents, n)
+
+
+async def _organization_counts(ctx: Context, parents: Sequence[str], _: None) -> list[int]:
+    return await profiles.counts_of_organizations(ctx.db, ctx.viewer.user_id, parents,
+                                                  COUNT_CAP + 1)
+
+
+_ORGANIZATION_PROFILES: Connection[None] = Connection(
+    "organization-profiles", "created_at", _organization_pages, _organization_counts)
+
+
+async def organization_profiles(ctx: Context, organization_id: str, limit: int,
+                                cursor: str | None) -> Page[Profile]:
+    return await _ORGANIZATION_PROFILES.page(
+        ctx, organization_id, f"organization-profiles:{organization_id}", limit, cursor, None,
+        Profile.from_row)
+
+
+async def _series_pages(ctx: Context, parents: Sequence[Parent], n: int, _: None
+                        ) -> list[list[asyncpg.Record]]:
+    return await series.pages_of_profiles(ctx.db, ctx.viewer.user_id, parents, n)
+
+
+async def _series_counts(ctx: Context, parents: Sequence[str], _: None) -> list[int]:
+    return await series.counts_of_profiles(ctx.db, ctx.viewer.user_id, parents, COUNT_CAP + 1)
+
+
+_PROFILE_SERIES: Connection[None] = Connection("profile-series", "created_at", _series_pages,
+                                                _series_counts)
+
+
+async def profile_series(ctx: Context, profile_id: str, limit: int, cursor: str | None
+                         ) -> Page[Series]:
+    return await _PROFILE_SERIES.page(ctx, profile_id, f"profile-series:{profile_id}", limit,
+                                      cursor, None, Series.from_row)
+
+
+async def _follower_pages(ctx: Context, parents: Sequence[Parent], n: int, _: None
+                          ) -> list[list[asyncpg.Record]]:
+    return await follows.followers_pages(ctx.db, parents, n)
+
+
+async def _follower_counts(ctx: Context, parents: Sequence[str], _: None) -> list[int]:
+    return await follows.followers_counts(ctx.db, parents, COUNT_CAP + 1)
+
+
+_FOLLOWERS: Connection[None] = Connection("profile-followers", "created_at", _follower_pages,
+                                          _follower_counts)
+
+
+async def profile_followers(ctx: Context, profile: asyncpg.Record, limit: int,
+                            cursor: str | None) -> Page[Any]:
+    from graph.follows import Follower  # graph.follows imports the types this module uses
+
+    follow_rules.check_followers_visible(profile, ctx.viewer)
+    return await _FOLLOWERS.page(ctx, profile["id"], f"profile-followers:{profile['id']}",
+                                 limit, cursor, None, Follower.from_row)
+
+
+_RsvpSpec = tuple[str | None, str | None]
+"""(only this user's RSVPs, or everyone's; only this status, or all)."""
+
+
+async def _rsvp_pages(ctx: Context, parents: Sequence[Parent], n: int, spec: _RsvpSpec
+                      ) -> list[list[asyncpg.Record]]:
+    return await rsvps.pages_of_events(ctx.db, parents, n, only_user=spec[0], status=spec[1])
+
+
+async def _rsvp_counts(ctx: Context, parents: Sequence[str], spec: _RsvpSpec) -> list[int]:
+    return await rsvps.counts_of_events(ctx.db, parents, COUNT_CAP + 1, only_user=spec[0],
+                                        status=spec[1])
+
+
+_EVENT_RSVPS: Connection[_RsvpSpec] = Connection("event-rsvps", "created_at", _rsvp_pages,
+                                                 _rsvp_counts)
+_RSVP_STATUSES = ("going", "maybe", "not_going", "waitlist")
+
+
+async def event_rsvps(ctx: Context, event: asyncpg.Record, limit: int, cursor: str | None,
+                      status: str | None) -> Page[Rsvp]:
+    if status is not None and status not in _RSVP_STATUSES:
+        raise ApiError("invalid_field", "`status` must be going, maybe, not_going or waitlist.",
+                       param="status", details={"value": status})
+    only = None if profile_rules.administers(event, ctx.viewer) else ctx.viewer.user_id
+    key = f"rsvps:{event['id']}" if status is None else f"rsvps:{event['id']}?{status}"
+    return await _EVENT_RSVPS.page(ctx, event["id"], key, limit, cursor, (only, status),
+                                   Rsvp.from_row)
+
+
+async def _calendar_pages(ctx: Context, parents: Sequence[Parent], n: int, _: None
+                          ) -> list[list[asyncpg.Record]]:
+    return await calendar_events.pages_of_calendars(ctx.db, parents, n)
+
+
+async def _calendar_counts(ctx: Context, parents: Sequence[str], _: None) -> list[int]:
+    return await calendar_events.counts_of_calendars(ctx.db, parents, COUNT_CAP + 1)
+
+
+CALENDAR_EVENTS: Connection[None] = Connection("calendar-events", "created_at",
+                                               _calendar_pages, _calendar_counts)
+"""A calendar's stored events (graph/calendars.py: `Calendar.events`)."""
+
+
+# ---------------------------------------------------------------------------
+# Occurrences and the RSVP summary
+
+
+def event_occurrences(ctx: Context, event: asyncpg.Record, start: str, end: str,
+                      timezone: str | None) -> list[EventOccurrence]:
+    r = dashboard.parse_range(start, end, max_days=dashboard.MAX_OCCURRENCE_DAYS,
+                              required=True)
+    assert r is not None
+    tz = agenda.resolve_zone(timezone, ctx.viewer.timezone)
+    return [
+        EventOccurrence(occurrence_id=o.occurrence_id, start=Timestamp(o.start),
+                        end=Timestamp(o.end) if o.end is not None else None,
+                        local_start=o.local_start, local_end=o.local_end,
+                        start_date=o.start_date, end_date=o.end_date, is_all_day=o.is_all_day)
+        for o in dashboard.occurrences(event, r, tz)
+    ]
+
+
+async def rsvp_summary(ctx: Context, profile: asyncpg.Record, start: str, end: str,
+                       bucket: str, timezone: str | None) -> list[RsvpBucket]:
+    if not profile_rules.administers(profile, ctx.viewer):
+        raise forbidden("Only the profile's administrators may read its RSVP summary.")
+    r = dashboard.parse_range(start, end, required=True)
+    assert r is not None
+    kind = dashboard.check_bucket(bucket)
+    tz = agenda.resolve_zone(timezone, ctx.viewer.timezone)
+    starts = dashboard.bucket_starts(r, tz, kind)
+    grouped = await event_store.summary_one_off(ctx.db, profile["id"], r.start, r.end, tz.key,
+                                                kind)
+    recurring = await event_store.summary_recurring(ctx.db, profile["id"], r.end,
+                                                    MAX_SUMMARY_RECURRING)
+    buckets = dashboard.summarize(
+        starts, ((g["bucket"], g["events"], _counts(g)) for g in grouped),
+        ((row, _counts(row)) for row in recurring), r, tz, kind)
+    return [RsvpBucket(start=b.start, events=b.events, going=b.going, maybe=b.maybe,
+                       not_going=b.not_going, waitlist=b.waitlist) for b in buckets]
+
+
+def _counts(row: asyncpg.Record) -> dashboard.Counts:
+    return dashboard.Counts(row["going"], row["maybe"], row["not_going"], row["waitlist"])
+
