@@ -5,11 +5,14 @@ number of SQL statements a nested document costs."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time, timedelta
+import asyncio
+from collections import Counter
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from conftest import new_profile, walk
+import pytest
+from conftest import handle, new_event, new_profile, walk
 from dateutil.rrule import rrulestr
 
 Z = ZoneInfo
@@ -171,3 +174,334 @@ async def test_profile_events_in_a_window_are_the_rest_list_filtered_by_the_orac
             got, total = await window_walk(api, user, profile["id"], start, end, limit)
             assert got == expected, (start, end, limit)
             assert total == len(expected)
+
+
+# ---------------------------------------------------------------------------
+# Occurrences: exactly what the agenda shows of the same event
+
+
+AGENDA = """
+query($date: String!, $days: Int!, $tz: String!) {
+  agenda(date: $date, days: $days, timezone: $tz) {
+    window { start end }
+    items { occurrence_id start end local_start local_end start_date end_date is_all_day
+            event { id } }
+  }
+}"""
+
+OCCURRENCES = """
+query($id: ID!, $from: String!, $to: String!, $tz: String) {
+  event(event_id: $id) {
+    occurrences(from: $from, to: $to, timezone: $tz) {
+      occurrence_id start end local_start local_end start_date end_date is_all_day
+    }
+  }
+}"""
+
+
+async def copies_synced(api: Any, user: Any, expected: int) -> None:
+    for _ in range(300):
+        status, page, _ = await api.get(f"/v1/calendars/{user.calendar_id}/events", user,
+                                        params={"limit": "100"})
+        assert status == 200, page
+        if len(page["data"]) >= expected:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the subscription's copies never arrived")
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "Asia/Kolkata"])
+async def test_event_occurrences_are_the_agendas_occurrences_of_its_copy(
+        api: Any, user: Any, make_user: Any, zone: str) -> None:
+    profile, made = await shaped_profile(api, user)
+    fan = await make_user()
+    status, body, _ = await api.post("/v1/subscriptions", fan, json={
+        "subscription_type": "profile", "profile_id": profile["id"]})
+    assert status == 201, body
+    await copies_synced(api, fan, len(made))
+    agenda = (await data(api, fan, AGENDA, date="2027-03-14", days=21, tz=zone))["agenda"]
+    window = agenda["window"]
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for item in agenda["items"]:
+        assert item["event"] is not None, item  # every copy's source is readable here
+        source = item.pop("event")["id"]
+        item["occurrence_id"] = item["occurrence_id"].split(":", 1)[1]
+        by_source.setdefault(source, []).append(item)
+    assert len(by_source) >= 7  # most shapes meet these three weeks
+    for event in made:
+        found = (await data(api, fan, OCCURRENCES, id=event["id"], tz=zone,
+                            **{"from": window["start"], "to": window["end"]}))
+        occurrences = found["event"]["occurrences"]
+        for o in occurrences:
+            prefix, o["occurrence_id"] = o["occurrence_id"].split(":", 1)
+            assert prefix == event["id"]
+        assert occurrences == by_source.get(event["id"], []), event["title"]
+
+
+async def test_occurrence_windows_are_checked(api: Any, user: Any) -> None:
+    profile = await new_profile(api, user)
+    event = await new_event(api, user, profile)
+    cases = [
+        ({"from": "2031-05-01T00:00:00Z", "to": "2031-08-01T00:00:00Z"}, "invalid_time_range"),
+        ({"from": "2031-05-02T00:00:00Z", "to": "2031-05-01T00:00:00Z"}, "invalid_time_range"),
+        ({"from": "2031-05-01", "to": "2031-05-02T00:00:00Z"}, "invalid_field"),
+    ]
+    for window, code in cases:
+        body = await gql(api, user, OCCURRENCES, id=event["id"], tz=None, **window)
+        assert body["errors"][0]["extensions"]["code"] == code, body
+    body = await gql(api, user, OCCURRENCES, id=event["id"], tz="Mars/Olympus",
+                     **{"from": "2031-05-01T00:00:00Z", "to": "2031-05-08T00:00:00Z"})
+    assert body["errors"][0]["extensions"]["code"] == "invalid_timezone", body
+
+
+# ---------------------------------------------------------------------------
+# RSVP summary: counts made from each event's REST stats
+
+
+SUMMARY = """
+query($id: ID!, $from: String!, $to: String!, $bucket: String!, $tz: String) {
+  profile(profile_id: $id) {
+    rsvp_summary(from: $from, to: $to, bucket: $bucket, timezone: $tz) {
+      start events going maybe not_going waitlist
+    }
+  }
+}"""
+
+
+def bucket_start(day: date, bucket: str) -> date:
+    if bucket == "week":
+        return day - timedelta(days=day.weekday())
+    if bucket == "month":
+        return day.replace(day=1)
+    return day
+
+
+async def test_rsvp_summary_equals_counts_from_each_events_stats(
+        api: Any, user: Any, make_user: Any) -> None:
+    profile = await new_profile(api, user)
+    zone = "Europe/Paris"
+    bodies = [
+        {"title": "a", "start_time": "2027-03-01T10:00", "start_timezone": zone},
+        {"title": "b", "start_time": "2027-03-07T23:30", "start_timezone": zone},
+        {"title": "c", "start_time": "2027-03-08T00:30", "start_timezone": zone},
+        {"title": "d", "start_time": "2027-03-20T12:00", "end_time": "2027-03-20T13:00",
+         "start_timezone": zone, "end_timezone": zone},
+        {"title": "weekly", "start_time": "2027-02-22T19:00", "start_timezone": zone,
+         "recurrence_rule": "FREQ=WEEKLY;COUNT=6"},
+        {"title": "day", "is_all_day": True, "start_date": "2027-03-15", "start_timezone": zone},
+        {"title": "later", "start_time": "2027-05-01T10:00", "start_timezone": zone},
+    ]
+    events = [await create(api, user, profile, b) for b in bodies]
+    people = [await make_user() for _ in range(4)]
+    statuses = ["going", "maybe", "not_going", "waitlist", "going"]
+    for i, event in enumerate(events):
+        for j, person in enumerate(people[: 1 + i % 4]):
+            status, body, _ = await api.post(f"/v1/events/{event['id']}/rsvps", person,
+                                              json={"status": statuses[(i + j) % 5]})
+            assert status in (200, 201), body
+    start = datetime(2027, 3, 1, tzinfo=Z(zone))
+    end = datetime(2027, 4, 1, tzinfo=Z(zone))
+    for bucket in ("day", "week", "month"):
+        expected: dict[date, Counter[str]] = {}
+        for event in await walk(api, f"/v1/profiles/{profile['id']}/events", user):
+            _, stats, _ = await api.get(f"/v1/events/{event['id']}/rsvps/stats", user)
+            starts = [s for s, _ in occurrences_oracle(event, start, end) if s >= start]
+            for n, s in enumerate(starts):
+                # An all-day occurrence is its date (a midnight on its own clock).
+                day = s.astimezone(Z(event["start_timezone"] if event["is_all_day"]
+                                     else zone)).date()
+                counts = expected.setdefault(bucket_start(day, bucket), Counter())
+                counts["events"] += 1
+                if n == 0:
+                    for k in ("going", "maybe", "not_going", "waitlist"):
+                        counts[k] += stats[k]
+        got = (await data(api, user, SUMMARY, id=profile["id"], bucket=bucket, tz=zone,
+                          **{"from": start.isoformat(), "to": end.isoformat()})
+               )["profile"]["rsvp_summary"]
+        first, last = bucket_start(date(2027, 3, 1), bucket), bucket_start(date(2027, 3, 31),
+                                                                           bucket)
+        assert got[0]["start"] == first.isoformat() and got[-1]["start"] == last.isoformat()
+        for b in got:
+            want = expected.get(date.fromisoformat(b["start"]), Counter())
+            assert {k: b[k] for k in ("events", "going", "maybe", "not_going", "waitlist")} == {
+                k: want[k] for k in ("events", "going", "maybe", "not_going", "waitlist")
+            }, (bucket, b)
+        assert sum(b["events"] for b in got) == 4 + 5 + 1  # weekly: 5 of 6 in March
+
+
+# ---------------------------------------------------------------------------
+# A nested document costs a fixed number of statements, whatever its size
+
+
+DASHBOARD = """
+query($from: String!, $to: String!) {
+  organizations { data { id profiles(limit: 20) { total_count data { id
+    events(from: $from, to: $to, limit: 20) { total_count data { id
+      rsvp_stats { going maybe }
+      occurrences(from: $from, to: $to) { start }
+    } }
+  } } } }
+}"""
+
+
+async def test_a_dashboard_costs_the_same_statements_at_2_and_20_profiles(
+        live_server: Any, api: Any, make_user: Any) -> None:
+    owner = await make_user()
+    fan = await make_user()
+    now = datetime.now(UTC).replace(microsecond=0)
+    window = {"from": iso(now), "to": iso(now + timedelta(days=7))}
+
+    async def add_profiles(n: int) -> None:
+        for _ in range(n):
+            profile = await new_profile(api, owner)
+            for day in (1, 3):
+                when = (now + timedelta(days=day)).strftime("%Y-%m-%dT%H:%M")
+                event = await create(api, owner, profile, {
+                    "title": "t", "start_time": when, "start_timezone": "UTC"})
+                await api.post(f"/v1/events/{event['id']}/rsvps", fan, json={"status": "going"})
+            await create(api, owner, profile, {
+                "title": "weekly", "start_time": (now - timedelta(days=20)).strftime(
+                    "%Y-%m-%dT%H:%M"), "start_timezone": "UTC",
+                "recurrence_rule": "FREQ=WEEKLY"})
+
+    async def statements() -> tuple[int, dict[str, Any]]:
+        before = live_server.db.query_count
+        result = await data(api, owner, DASHBOARD, **window)
+        return live_server.db.query_count - before, result
+
+    await add_profiles(2)
+    small, result = await statements()
+    [org] = result["organizations"]["data"]
+    assert org["profiles"]["total_count"] == 2
+    assert all(p["events"]["total_count"] == 3 for p in org["profiles"]["data"])
+    await add_profiles(18)
+    large, result = await statements()
+    [org] = result["organizations"]["data"]
+    assert org["profiles"]["total_count"] == 20 and len(org["profiles"]["data"]) == 20
+    for p in org["profiles"]["data"]:
+        assert p["events"]["total_count"] == 3 and len(p["events"]["data"]) == 3
+        assert sum(e["rsvp_stats"]["going"] for e in p["events"]["data"]) == 2
+        assert sum(len(e["occurrences"]) for e in p["events"]["data"]) == 3
+    # Authentication and rate limit, organizations, their profiles and their count,
+    # the profiles' events, their count (one-off events by SQL, recurring ones
+    # read for their expansion), and the events' RSVP stats.
+    assert small == large == 8
+
+
+# ---------------------------------------------------------------------------
+# Costs multiply down a path
+
+
+async def test_costs_multiply_down_nested_connections(api: Any, user: Any) -> None:
+    deep = """{ organizations { data { profiles(limit: 100) { data {
+        events(limit: 100) { data { rsvps(limit: 100) { data { id } } } } } } } } }"""
+    body = await gql(api, user, deep)
+    assert body["errors"][0]["extensions"]["code"] == "query_too_costly", body
+    # A connection without `limit` counts its default, 20: 20 x 20 x 20.
+    defaults = """{ organizations { data { profiles { data {
+        events { data { rsvps { data { id } } } } } } } } }"""
+    body = await gql(api, user, defaults)
+    assert body["errors"][0]["extensions"]["code"] == "query_too_costly", body
+    small = """{ organizations { data { profiles(limit: 5) { data {
+        events(limit: 5) { data { rsvps(limit: 5) { data { id } } } } } } } } }"""
+    assert "organizations" in await data(api, user, small)
+
+
+# ---------------------------------------------------------------------------
+# Visibility: each new field shows each viewer what the REST read shows them
+
+
+async def rest_ids(api: Any, path: str, who: Any, key: str = "id") -> list[str] | None:
+    """The ids a REST list shows `who` (every page), None where it answers 404."""
+    status, body, _ = await api.get(path, who, params={"limit": "100"})
+    if status == 404:
+        return None
+    assert status == 200, body
+    return [item[key] for item in await walk(api, path, who)]
+
+
+def page_ids(page: dict[str, Any] | None, key: str = "id") -> list[str] | None:
+    return None if page is None else [item[key] for item in page["data"]]
+
+
+GRAPH = """
+query($profile: ID!, $event: ID!, $series: ID!, $from: String!, $to: String!) {
+  organizations { data { profiles(limit: 20) { data { id } } } }
+  profile(profile_id: $profile) {
+    events(limit: 20) { total_count data { id } }
+    series(limit: 20) { total_count data { id } }
+    followers(limit: 20) { total_count data { follow_id } }
+  }
+  event(event_id: $event) {
+    rsvps(limit: 20) { total_count data { id } }
+    occurrences(from: $from, to: $to) { start }
+  }
+  series(series_id: $series) { events(limit: 20) { total_count data { id } } }
+  calendars(limit: 5) { data { id events(limit: 20) { total_count data { id } } } }
+}"""
+
+
+async def test_every_new_field_shows_what_the_rest_read_shows(
+        live_server: Any, api: Any, make_user: Any) -> None:
+    from kalends import accounts
+
+    owner, member, admin, stranger = [await make_user() for _ in range(4)]
+    org = live_server.admin(accounts.create_organization, "Hall", owner.email, None)
+    org_id = org["organization_id"]
+    live_server.admin(accounts.add_member, org_id, member.email, "member")
+    live_server.admin(accounts.add_member, org_id, admin.email, "admin")
+    window = {"from": "2031-05-01T00:00:00Z", "to": "2031-05-31T00:00:00Z"}
+    for private in (False, True):
+        profile = await new_profile(api, owner, organization_id=org_id, is_private=private)
+        public = await new_event(api, owner, profile, title="open")
+        await new_event(api, owner, profile, title="closed", is_private=True)
+        status, series, _ = await api.post(f"/v1/profiles/{profile['id']}/series", owner,
+                                           json={"name": "S", "slug": handle("s")})
+        assert status == 201, series
+        await api.post(f"/v1/profiles/{profile['id']}/series", owner,
+                       json={"name": "P", "slug": handle("s"), "is_private": True})
+        await api.post(f"/v1/series/{series['id']}/events", owner,
+                       json={"event_id": public["id"]})
+        for who, answer in ((owner, "going"), (member, "maybe"), (stranger, "going")):
+            await api.post(f"/v1/events/{public['id']}/rsvps", who, json={"status": answer})
+        if not private:
+            await api.post("/v1/follows", stranger, json={
+                "following_type": "profile", "target_id": profile["id"]})
+        for who in (owner, admin, member, stranger):
+            body = await gql(api, who, GRAPH, profile=profile["id"], event=public["id"],
+                             series=series["id"], **window)
+            got = body["data"]
+            if got is None:  # the private profile's event, to a stranger: the REST 404s
+                assert private and who is stranger
+                assert await rest_ids(api, f"/v1/profiles/{profile['id']}/events", who) is None
+                continue
+            mine = [p["id"] for o in got["organizations"]["data"]
+                    for p in o["profiles"]["data"]]
+            assert sorted(mine) == sorted(await rest_ids(api, "/v1/profiles", who) or [])
+            p = got["profile"]
+            assert page_ids(p["events"]) == await rest_ids(
+                api, f"/v1/profiles/{profile['id']}/events", who)
+            assert p["events"]["total_count"] == len(p["events"]["data"])
+            assert page_ids(p["series"]) == await rest_ids(
+                api, f"/v1/profiles/{profile['id']}/series", who)
+            assert page_ids(p["followers"], "follow_id") == await rest_ids(
+                api, f"/v1/profiles/{profile['id']}/followers", who, "follow_id")
+            if p["followers"] is None:
+                assert any(e["path"] == ["profile", "followers"] and
+                           e["extensions"]["code"] == "resource_not_found"
+                           for e in body["errors"])
+            assert page_ids(got["event"]["rsvps"]) == await rest_ids(
+                api, f"/v1/events/{public['id']}/rsvps", who)
+            assert len(got["event"]["occurrences"]) == 1
+            assert page_ids(got["series"]["events"]) == await rest_ids(
+                api, f"/v1/series/{series['id']}/events", who)
+            for calendar in got["calendars"]["data"]:
+                assert page_ids(calendar["events"]) == await rest_ids(
+                    api, f"/v1/calendars/{calendar['id']}/events", who)
+            summary = await gql(api, who, SUMMARY, id=profile["id"], bucket="week", tz=None,
+                                **window)
+            if who in (owner, admin):
+                assert sum(b["events"] for b in summary["data"]["profile"]["rsvp_summary"]) == 2
+            else:
+                assert summary["data"] is None
+                assert summary["errors"][0]["extensions"]["code"] == "forbidden"
