@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 from kalends import agenda, times
 from kalends.errors import ApiError
-from kalends.freebusy import parse_instant
+from kalends.freebusy import span
 
 MAX_RANGE_DAYS = 366
 """`from`/`to` of a list (events of a window, an RSVP summary)."""
@@ -43,16 +43,7 @@ def parse_range(start_text: str | None, end_text: str | None, *,
         absent = "from" if start_text is None else "to"
         raise ApiError("field_dependency", "`from` and `to` go together: send both.",
                        param=absent)
-    start, end = parse_instant(start_text, "from"), parse_instant(end_text, "to")
-    span = {"start": times.utc_text(start), "end": times.utc_text(end)}
-    if end <= start:
-        raise ApiError("invalid_time_range", "`to` must be after `from`.", param="to",
-                       details=span)
-    if end - start > timedelta(days=max_days):
-        raise ApiError("invalid_time_range",
-                       f"`from` and `to` must be at most {max_days} days apart.", param="to",
-                       details=span)
-    return Range(start, end)
+    return Range(*span(start_text, end_text, max_days, ("from", "to")))
 
 
 def check_status(status: str | None) -> str | None:

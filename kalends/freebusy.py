@@ -183,19 +183,27 @@ def parse_instant(text: str, param: str) -> datetime:
         raise _invalid(param, text, "is outside the supported range") from None
 
 
+def span(start_text: str, end_text: str, max_days: int, params: tuple[str, str]
+         ) -> tuple[datetime, datetime]:
+    """[start, end) from two RFC 3339 times with offsets, named `params` in errors:
+    end after start, at most `max_days` apart."""
+    first, last = params
+    start, end = parse_instant(start_text, first), parse_instant(end_text, last)
+    details = {"start": times.utc_text(start), "end": times.utc_text(end)}
+    if end <= start:
+        raise ApiError("invalid_time_range", f"`{last}` must be after `{first}`.", param=last,
+                       details=details)
+    if end - start > timedelta(days=max_days):
+        raise ApiError("invalid_time_range",
+                       f"`{first}` and `{last}` must be at most {max_days} days apart.",
+                       param=last, details=details)
+    return start, end
+
+
 def window(start_text: str, end_text: str, tz: ZoneInfo) -> tuple[datetime, datetime]:
     """[start, end): end after start, at most MAX_SPAN_DAYS long, within the agenda's
     bounds (30 days back, 365 ahead) of today in `tz`."""
-    start = parse_instant(start_text, "start")
-    end = parse_instant(end_text, "end")
-    span = {"start": times.utc_text(start), "end": times.utc_text(end)}
-    if end <= start:
-        raise ApiError("invalid_time_range", "`end` must be after `start`.", param="end",
-                       details=span)
-    if end - start > timedelta(days=MAX_SPAN_DAYS):
-        raise ApiError("invalid_time_range",
-                       f"`start` and `end` must be at most {MAX_SPAN_DAYS} days apart.",
-                       param="end", details=span)
+    start, end = span(start_text, end_text, MAX_SPAN_DAYS, ("start", "end"))
     today = datetime.now(tz).date()
     earliest = times.local_midnight(today - timedelta(days=agenda.DAYS_BACK), tz)
     latest = times.local_midnight(today + timedelta(days=agenda.DAYS_AHEAD), tz)
