@@ -8,7 +8,7 @@ starts, or DATABASE_URL): the writer and the reader. Through the writer it creat
 a profile and `--events` (100) events. `--subscribers` WebSocket clients (the
 graphql-transport-ws protocol, in a process of their own so that their work does
 not delay the writer's) connect to the reader and subscribe to
-`eventChanges(profile_id)` with `{ type event { id title } }`; the run starts once
+`event_changes(profile_id)` with `{ type event { id title } }`; the run starts once
 the reader's /metrics counts every one of them. Then the writer sends `PATCH
 /v1/events/{id}` at `--rate` changes a second, on a fixed schedule (not waiting for
 answers), cycling through the events, `--warmup` changes unmeasured and then
@@ -57,7 +57,7 @@ from db import embedded
 from db.changes import CHANNEL
 
 DOCUMENT = """subscription changes($profile_id: ID!) {
-  eventChanges(profile_id: $profile_id) { type event { id title } }
+  event_changes(profile_id: $profile_id) { type event { id title } }
 }"""
 Arrival = tuple[str, str, float]
 """(event ID, title shown, monotonic seconds)"""
@@ -119,7 +119,7 @@ async def _subscribers(url: str, api_key: str, profile_id: str, count: int,
                 if data.get("type") != "next":
                     failures.append(f"subscriber {index}: {data}")
                     return
-                event = data["payload"]["data"]["eventChanges"]["event"]
+                event = data["payload"]["data"]["event_changes"]["event"]
                 arrivals[index].append((event["id"], event["title"], arrived))
 
         readers = [asyncio.create_task(read(i, s)) for i, s in enumerate(sockets)]

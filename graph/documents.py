@@ -164,7 +164,7 @@ class Documents:
 
 
 DOCUMENTS = web.AppKey("graphql_documents", Documents)
-"""The process's documents, for POST and WebSocket alike (set by graph/http.py)."""
+"""The process's documents, for POST, GET and WebSocket alike (set by graph/http.py)."""
 
 
 async def run(schema: GraphQLSchema, document: Document, context: Any,

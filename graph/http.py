@@ -4,8 +4,10 @@
 graph/documents.py: parsed, validated and compiled once, then run as a plan,
 with graphql-core's exact results, errors and null propagation. It speaks
 Apollo's automatic persisted queries. `GET` is a WebSocket upgrade
-(subscriptions, graph/ws.py) or, for a browser, GraphiQL (graph/ide.py);
-anything else is refused as a method the route does not take.
+(subscriptions, graph/ws.py), GraphiQL for a browser (graph/ide.py), or else
+the GraphQL-over-HTTP GET: the same request as POST's body in the query string
+(`query`, `operationName`, JSON `variables` and `extensions`, so a hash alone
+for Apollo's `useGETForHashedQueries`), run the same way but for queries only.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
-from graphql import ExecutionResult, GraphQLError
+from graphql import ExecutionResult, GraphQLError, OperationType
 
 from graph import documents, ide, ws
 from graph.context import Context
@@ -24,7 +27,10 @@ from graph.schema import reported, schema
 from kalends.errors import ApiError
 from kalends.service.services import REQUEST_ID, SERVICES, VIEWER
 from kalends.web import bodies
-from kalends.web.responses import json_response
+from kalends.web.responses import error_response, json_response
+
+# What a GET names in its query string to run a document rather than get the page.
+_DOCUMENT_PARAMETERS = ("query", "extensions")
 
 
 def setup(app: web.Application) -> None:
@@ -32,10 +38,43 @@ def setup(app: web.Application) -> None:
 
 
 async def post(request: web.Request) -> web.StreamResponse:
-    body = await bodies.json_object(request)
-    query, variables, operation_name, extensions = _fields(body)
-    context = Context(request.app[SERVICES], request[VIEWER], request[REQUEST_ID])
+    query, variables, operation_name, extensions = _fields(await bodies.json_object(request))
     found = _document(request.app[DOCUMENTS], query, extensions)
+    return await _run(request, found, variables, operation_name)
+
+
+async def get(request: web.Request) -> web.StreamResponse:
+    if _upgrade(request):
+        return await ws.websocket(request)
+    if _page(request):
+        return await ide.page(request)
+    query, variables, operation_name, extensions = _fields(_parameters(request))
+    found = _document(request.app[DOCUMENTS], query, extensions)
+    kind = _kind(found, operation_name)
+    if kind is None or kind is OperationType.QUERY:
+        response = await _run(request, found, variables, operation_name)
+    else:
+        response = _not_over_get(request, kind)
+    response.headers["Vary"] = _vary(request)
+    return response
+
+
+def runs_document(request: web.Request) -> bool:
+    """A GET that runs a document, and so takes an API key as POST does (the page
+    and the WebSocket upgrade take none)."""
+    return not _upgrade(request) and not _page(request)
+
+
+def error_body(request: web.Request, error: ApiError) -> web.Response:
+    """GET's errors, in the envelope: their answer too depends on the key sent."""
+    response = error_response(error, request.get(REQUEST_ID))
+    response.headers["Vary"] = _vary(request)
+    return response
+
+
+async def _run(request: web.Request, found: Document | GraphQLError,
+               variables: dict[str, Any] | None, operation_name: str | None) -> web.Response:
+    context = Context(request.app[SERVICES], request[VIEWER], request[REQUEST_ID])
     if isinstance(found, GraphQLError):
         result = ExecutionResult(None, [found])
     else:
@@ -45,17 +84,68 @@ async def post(request: web.Request) -> web.StreamResponse:
     return json_response(result.formatted)
 
 
-async def get(request: web.Request) -> web.StreamResponse:
-    if request.headers.get("Upgrade", "").lower() == "websocket":
-        return await ws.websocket(request)
-    if _wants_html(request):
-        return await ide.page(request)
-    raise web.HTTPMethodNotAllowed("GET", ["POST"])
+def _upgrade(request: web.Request) -> bool:
+    return request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+def _page(request: web.Request) -> bool:
+    return _wants_html(request) and not _names_document(request)
+
+
+def _names_document(request: web.Request) -> bool:
+    return any(name in request.query for name in _DOCUMENT_PARAMETERS)
+
+
+def _vary(request: web.Request) -> str:
+    """Without a document in the URL, Accept chose JSON over the page."""
+    return "Authorization" if _names_document(request) else "Accept, Authorization"
 
 
 def _wants_html(request: web.Request) -> bool:
     accept = request.headers.get("Accept", "")
     return any(part.split(";")[0].strip() == "text/html" for part in accept.split(","))
+
+
+def _parameters(request: web.Request) -> dict[str, Any]:
+    """GET's query string as the body POST would send; an empty parameter is absent."""
+    found = request.query
+    body: dict[str, Any] = {name: found[name] for name in ("query", "operationName")
+                            if found.get(name)}
+    for name in ("variables", "extensions"):
+        if found.get(name):
+            body[name] = _json_object(name, found[name])
+    return body
+
+
+def _json_object(name: str, text: str) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = text  # refused below, as any other value but an object
+    if value is not None and not isinstance(value, dict):
+        raise ApiError("invalid_query_parameter", f"`{name}` must be a JSON object.",
+                       param=name, details={"value": text})
+    return value
+
+
+def _kind(found: Document | GraphQLError, operation_name: str | None) -> OperationType | None:
+    """What the request's operation does; None when it runs nothing (refused, not
+    found, or no single operation named: the run answers why)."""
+    if isinstance(found, GraphQLError) or found.refused:
+        return None
+    operation = found.operation(operation_name)
+    return None if operation is None else operation.operation
+
+
+def _not_over_get(request: web.Request, kind: OperationType) -> web.Response:
+    """Only queries run over GET (GraphQL over HTTP): a link or a prefetch must never write."""
+    where = "over WebSocket" if kind is OperationType.SUBSCRIPTION else "with POST"
+    error = ApiError("method_not_allowed",
+                     f"GET /graphql runs queries only: send a {kind.value} {where}.",
+                     param="query")
+    response = error_response(error, request[REQUEST_ID])
+    response.headers["Allow"] = "POST"
+    return response
 
 
 def _fields(body: dict[str, Any]

@@ -5,6 +5,8 @@ package carries in graph/graphiql/ (pinned builds from npm, listed with their
 origin in its VERSIONS): a dashboard behind a firewall cannot reach a CDN. The
 page holds no credential; the user types the `Authorization` header in
 GraphiQL's headers editor, and those headers are never stored by the browser.
+Subscriptions run from the page too, over a WebSocket to its own `/graphql`
+(graph/ws.py), the headers editor's headers sent in `connection_init`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ _FOREVER = "public, max-age=31536000, immutable"
 
 # No inline script or style of ours (init.js and page.css are files of their
 # own). GraphiQL's fonts are data: URLs in its stylesheet, and its icons data:
-# images; its queries go to this same origin.
+# images; its queries go to this same origin, and its subscriptions to a WebSocket
+# on it ('self' covers ws: and wss: to the page's own host, CSP Level 3).
 # The one inline style allowed, by its hash: the <style> GraphiQL's dialogs add
 # to lock scrolling (react-remove-scroll-bar in the bundle), whose text is fixed
 # on this page since page.css leaves no scrollbar gap. Blocked, it would change
@@ -107,7 +110,7 @@ async def page(request: web.Request) -> web.StreamResponse:
         "X-Frame-Options": "DENY",
         "Referrer-Policy": "no-referrer",
         "Cache-Control": "no-cache",
-        # The same URL answers 405 to a client that does not ask for HTML.
+        # The same URL runs a query for a client that does not ask for HTML.
         "Vary": "Accept",
     })
 

@@ -2,12 +2,15 @@
 RSVP stats, as they commit in any process (kalends/notify/changes.py); served
 over WebSocket by graph/ws.py.
 
-Who may subscribe is who may read. `eventChanges` is for those who administer the
+Who may subscribe is who may read. `event_changes` is for those who administer the
 profile, as its webhook endpoints are (a member of its organization is refused
-`forbidden`, anyone else `resource_not_found`); `rsvpStats` for anyone who can see
+`forbidden`, anyone else `resource_not_found`); `rsvp_stats` for anyone who can see
 the event, as `event_rsvp_stats`. The rule is checked on subscribing and again at
 each change, with loaders made afresh for it, so a caller who loses access gets
 the error the read would now give, and nothing more.
+
+Field names are snake_case, as everywhere else; the camelCase names they first had,
+`eventChanges` and `rsvpStats`, stay as deprecated aliases of the same resolvers.
 """
 
 from __future__ import annotations
@@ -70,33 +73,43 @@ class EventChange:
     ))
 
 
+async def _event_changes(info: Info, profile_id: strawberry.ID) -> AsyncIterator[EventChange]:
+    ctx = info.context
+    key = ids.parse("prf", profile_id, param="profile_id")
+    # Watching before the check: nothing that commits after the check is missed.
+    watch = ctx.keep(ctx.feed.watch_profile(key))
+    profile_rules.check_administrable(await ctx.loaders.profile.load(key), ctx.viewer)
+    return _EventChanges(ctx, key, watch)
+
+
+async def _rsvp_stats(info: Info, event_id: strawberry.ID) -> AsyncIterator[RsvpStats]:
+    ctx = info.context
+    key = ids.parse("evt", event_id, param="event_id")
+    watch = ctx.keep(ctx.feed.watch_event(key))
+    first = _visible(await _read_stats(ctx.db, ctx.viewer.user_id, key))
+    return _StatsChanges(ctx, key, watch, first)
+
+
+_EVENT_CHANGES = ("Changes to the events of a profile the caller administers, in commit "
+                  "order, from every process of the service.")
+_RSVP_STATS = ("An event's RSVP stats, as they are and then each time they change, for "
+               "anyone who can see the event.")
+
+
 @strawberry.type(name="SubscriptionRoot",
                  description="Live changes, over WebSocket (graphql-transport-ws) at /graphql.")
 class Subscription:
-    @strawberry.subscription(name="eventChanges", description=(
-        "Changes to the events of a profile the caller administers, in commit order, "
-        "from every process of the service."
-    ))
-    async def event_changes(self, info: Info, profile_id: strawberry.ID
-                            ) -> AsyncIterator[EventChange]:
-        ctx = info.context
-        key = ids.parse("prf", profile_id, param="profile_id")
-        # Watching before the check: nothing that commits after the check is missed.
-        watch = ctx.keep(ctx.feed.watch_profile(key))
-        profile_rules.check_administrable(await ctx.loaders.profile.load(key), ctx.viewer)
-        return _EventChanges(ctx, key, watch)
-
-    @strawberry.subscription(name="rsvpStats", description=(
-        "An event's RSVP stats, as they are and then each time they change, for anyone "
-        "who can see the event."
-    ))
-    async def rsvp_stats(self, info: Info, event_id: strawberry.ID
-                         ) -> AsyncIterator[RsvpStats]:
-        ctx = info.context
-        key = ids.parse("evt", event_id, param="event_id")
-        watch = ctx.keep(ctx.feed.watch_event(key))
-        first = _visible(await _read_stats(ctx.db, ctx.viewer.user_id, key))
-        return _StatsChanges(ctx, key, watch, first)
+    event_changes: AsyncIterator[EventChange] = strawberry.subscription(
+        resolver=_event_changes, description=_EVENT_CHANGES)
+    rsvp_stats: AsyncIterator[RsvpStats] = strawberry.subscription(
+        resolver=_rsvp_stats, description=_RSVP_STATS)
+    # The first names, camelCase: answered alike for the dashboards that use them.
+    event_changes_camel: AsyncIterator[EventChange] = strawberry.subscription(
+        resolver=_event_changes, name="eventChanges", description=_EVENT_CHANGES,
+        deprecation_reason="Use event_changes")
+    rsvp_stats_camel: AsyncIterator[RsvpStats] = strawberry.subscription(
+        resolver=_rsvp_stats, name="rsvpStats", description=_RSVP_STATS,
+        deprecation_reason="Use rsvp_stats")
 
 
 class _EventChanges:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import re
 import secrets
 import shutil
@@ -20,8 +21,10 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 from cdp import Event, Page, chromium, needs_chromium, png_size
-from conftest import Api, LiveServer, User, assert_error, new_profile
+from conftest import Api, LiveServer, User, assert_error, new_event, new_profile
 from yarl import URL
+
+from graph.ws import FEED
 
 ASSETS = Path(__file__).resolve().parent.parent / "graph" / "graphiql"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -204,15 +207,42 @@ async def test_only_the_known_files(http: aiohttp.ClientSession, live_server: Li
     assert_error(status, body, 404, "route_not_found")
 
 
+async def test_the_page_s_script_subscribes_over_its_own_websocket(
+        http: aiohttp.ClientSession, live_server: LiveServer) -> None:
+    """Where no browser runs it (the test below does): GraphiQL's fetcher is given
+    the page's own /graphql over ws: or wss:, and the bundle's graphql-ws client
+    puts the headers editor's headers in connection_init's payload."""
+    _, page, _ = await fetch_page(http, live_server)
+    init = next(url for url in references(page).scripts if "/init.js?" in url)
+    async with http.get(live_server.url + init) as response:
+        script = await response.text()
+    assert "subscriptionUrl: socketUrl()" in script, script
+    assert 'window.location.protocol === "https:" ? "wss:" : "ws:"' in script, script
+    assert 'scheme + "//" + window.location.host + window.location.pathname' in script
+    bundle = (ASSETS / "graphiql.min.js").read_text()
+    assert "createWebsocketsFetcherFromUrl(options.subscriptionUrl" in bundle
+    assert "fetcherOpts == null ? void 0 : fetcherOpts.headers" in bundle
+    assert "const GRAPHQL_TRANSPORT_WS_PROTOCOL = exports.GRAPHQL_TRANSPORT_WS_PROTOCOL = " \
+        "'graphql-transport-ws'" in bundle
+
+
 @pytest.mark.parametrize("accept", [None, "application/json", "*/*", "text/plain",
-                                    "application/graphql-response+json"])
-async def test_anything_but_a_page_or_a_websocket_is_405(api: Api, user: User,
-                                                         accept: str | None) -> None:
+                                    "application/graphql-response+json", BROWSER_ACCEPT])
+async def test_a_get_naming_a_query_runs_it_whoever_asks(api: Api, user: User,
+                                                        accept: str | None) -> None:
+    """Not the page: a browser too gets JSON for a URL that names a document."""
     headers = {"Accept": accept} if accept else {}
     status, body, response = await api.get("/graphql?query=%7B__typename%7D", user,
                                             headers=headers)
+    assert (status, body) == (200, {"data": {"__typename": "Query"}})
+    assert response["Content-Type"] == "application/json"
+    assert response["Vary"] == "Authorization"
+
+
+async def test_a_method_graphql_lacks_is_405(api: Api, user: User) -> None:
+    status, body, response = await api.delete("/graphql", user)
     assert_error(status, body, 405, "method_not_allowed")
-    assert response["Allow"] == "POST"
+    assert set(response["Allow"].split(",")) == {"GET", "POST"}
 
 
 # ---------------------------------------------------------------------------
@@ -339,15 +369,88 @@ async def test_graphiql_s_dialogs_stay_within_the_policy(browser: Page,
 
 
 @needs_chromium
-async def test_the_page_says_what_is_wrong_without_a_key(browser: Page,
-                                                         live_server: LiveServer) -> None:
-    """As first opened, with the hint's placeholder: the service's own answer shows."""
+async def test_no_error_before_a_key_and_the_service_s_own_answer_after(
+        browser: Page, live_server: LiveServer) -> None:
+    """As first opened, with the hint's placeholder, the schema is not asked for
+    (the service could only refuse it); a query run with it shows the refusal."""
     await browser.navigate(live_server.url + "/graphql", timeout=30)
+    await until(browser, f"document.querySelector({QUERY_EDITOR!r}) !== null")
+    await asyncio.sleep(1)  # what a fetch of the schema would have taken, and more
+    shown = await browser.evaluate(f"document.querySelector({RESULT!r}).innerText")
+    assert shown.replace("\u200b", "").strip() == "", shown  # CodeMirror's empty line
+    assert [r for r in requests_sent(browser) if r["request"]["method"] == "POST"] == []
+    await browser.click(".graphiql-execute-button")
     shown = await until(browser, f"""(() => {{
         const text = document.querySelector({RESULT!r})?.innerText || "";
         return text.includes("not_authenticated") && text;
     }})()""")
     assert "The API key is unknown or revoked." in shown, shown
+    assert problems(browser) == []
+
+
+def socket_frames(page: Page, kind: str) -> list[dict[str, Any]]:
+    """The JSON messages the page sent (kind `Sent`) or received over WebSockets."""
+    return [json.loads(e["params"]["response"]["payloadData"]) for e in page.events
+            if e.get("method") == f"Network.webSocketFrame{kind}"]
+
+
+@needs_chromium
+async def test_a_subscription_runs_over_the_page_s_own_websocket(
+        browser: Page, live_server: LiveServer, api: Api, user: User) -> None:
+    event = await new_event(api, user, await new_profile(api, user))
+    page = browser
+    await page.navigate(live_server.url + "/graphql", timeout=30)
+    await until(page, f"document.querySelector({QUERY_EDITOR!r}) !== null")
+    await replace_text(page, HEADERS_EDITOR,
+                       f'{{\n  "Authorization": "Bearer {user.api_key}"\n}}')
+    # Once the schema, fetched with the key, is in (so no new render comes mid-run).
+    introspection = await page.wait_for(
+        "Network.requestWillBeSent", lambda p: "IntrospectionQuery" in p["request"].get(
+            "postData", ""))
+    await page.wait_for("Network.loadingFinished",
+                        lambda p: p["requestId"] == introspection["requestId"])
+    await replace_text(page, QUERY_EDITOR, "subscription {\n"
+                       f'  rsvp_stats(event_id: "{event["id"]}") {{\n'
+                       "    event_id\n    going\n  }\n}\n")
+    # GraphiQL reads what the document does (a subscription: over the socket) 100 ms
+    # after the last edit, when it also stores the text: run it once stored.
+    await until(page, "(localStorage.getItem('graphiql:query') || '').includes('rsvp_stats')")
+    await page.click(".graphiql-execute-button")
+
+    def showing(going: int) -> str:
+        return f"""(() => {{
+            const text = document.querySelector({RESULT!r}).innerText;
+            return text.includes({event["id"]!r}) && /"going": {going}\\b/.test(text) && text;
+        }})()"""
+
+    await until(page, showing(0))  # the stats as they are ...
+    status, rsvp, _ = await api.post(f"/v1/events/{event['id']}/rsvps", user,
+                                     json={"status": "going"})
+    assert status == 201, rsvp
+    await until(page, showing(1))  # ... then as they change
+
+    # To the page's own /graphql, the headers editor's key in connection_init.
+    opened = await page.wait_for("Network.webSocketCreated")
+    assert opened["url"] == live_server.url.replace("http://", "ws://") + "/graphql"
+    sent = socket_frames(page, "Sent")
+    assert sent[0] == {"type": "connection_init",
+                       "payload": {"Authorization": f"Bearer {user.api_key}"}}, sent
+    assert sent[1]["type"] == "subscribe" and "rsvp_stats" in sent[1]["payload"]["query"]
+    assert [m["type"] for m in socket_frames(page, "Received")][:3] == [
+        "connection_ack", "next", "next"]
+
+    # Stopped, the socket closes and the service lets go of the subscription.
+    await page.click(".graphiql-execute-button")
+    await page.wait_for("Network.webSocketClosed",
+                        lambda p: p["requestId"] == opened["requestId"])
+    feed = live_server.app[FEED]
+    for _ in range(100):
+        if not feed.watches:
+            break
+        await asyncio.sleep(0.1)
+    assert feed.watches == 0
+    # The policy let the socket through ('self' covers ws: to the page's host).
+    assert problems(page) == []
 
 
 async def test_the_page_without_javascript_says_it_needs_it(http: aiohttp.ClientSession,

@@ -92,10 +92,11 @@ async def test_requires_an_api_key(live_server: Any) -> None:
     assert info.value.code == 401
 
 
-async def test_ide_for_browsers_and_no_queries_over_get(api: Any, user: Any) -> None:
-    # A browser gets GraphiQL (tests/test_graphiql.py); no query runs over GET.
+async def test_ide_for_browsers_and_queries_over_get(api: Any, user: Any) -> None:
+    # A browser gets GraphiQL (tests/test_graphiql.py); any other GET runs a query
+    # (tests/test_graphql_get.py).
     async with api._session.get(api.base + "/graphql", headers={"Accept": "text/html"}) as page:
         assert page.status == 200
         assert page.headers["Content-Type"] == "text/html; charset=utf-8"
     status, body, _ = await api.get("/graphql?query=%7B__typename%7D", user)
-    assert status == 405 and body["error"]["code"] == "method_not_allowed", body
+    assert (status, body) == (200, {"data": {"__typename": "Query"}})

@@ -204,7 +204,7 @@ async def test_documents_are_compiled_once_and_kept(live_server: LiveServer, use
 
 async def test_subscriptions_are_not_run_over_post(live_server: LiveServer,
                                                    world: dict[str, Any]) -> None:
-    query = "subscription S($p: ID!) { eventChanges(profile_id: $p) { type } }"
+    query = "subscription S($p: ID!) { event_changes(profile_id: $p) { type } }"
     status, answer = await _post(live_server, world["owner"], {
         "query": query, "variables": {"p": world["profile"]}})
     assert status == 200

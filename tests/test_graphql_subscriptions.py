@@ -1,5 +1,6 @@
 """GraphQL subscriptions over WebSocket at `/graphql` (contract §14): the
-graphql-transport-ws protocol, `eventChanges` and `rsvpStats`, who may subscribe,
+graphql-transport-ws protocol, `event_changes` and `rsvp_stats` (and their
+deprecated first names, `eventChanges` and `rsvpStats`), who may subscribe,
 changes in commit order from every process on the database, cleanup of a lost
 client, reconnection of the change feed, and a graceful stop.
 
@@ -39,12 +40,12 @@ PROTOCOL = "graphql-transport-ws"
 TIMED = {"start_time": "2031-05-06T10:00", "start_timezone": "Europe/Paris"}
 EVENT_CHANGES = """
 subscription changes($profile_id: ID!) {
-  eventChanges(profile_id: $profile_id) { type event { ...EventFields } }
+  event_changes(profile_id: $profile_id) { type event { ...EventFields } }
 }
 """ + EVENT_FIELDS
 RSVP_STATS = """
 subscription stats($event_id: ID!) {
-  rsvpStats(event_id: $event_id) { event_id going maybe not_going waitlist total_attendees }
+  rsvp_stats(event_id: $event_id) { event_id going maybe not_going waitlist total_attendees }
 }
 """
 
@@ -216,11 +217,11 @@ async def test_only_subscriptions_within_bounds(
         assert "nothing" in error["message"]
         aliases = " ".join(f"a{i}: __typename" for i in range(20))
         error = await Subscriber(session, f"""subscription {{
-            eventChanges(profile_id: "{profile['id']}") {{ type {aliases} }} }}""", {}).error()
+            event_changes(profile_id: "{profile['id']}") {{ type {aliases} }} }}""", {}).error()
         assert error["extensions"]["code"] == "query_too_many_aliases"
         error = await Subscriber(session, EVENT_CHANGES, {"profile_id": "evt_x"}).error()
         assert error["extensions"]["code"] == "invalid_id"
-        assert error["path"] == ["eventChanges"]
+        assert error["path"] == ["event_changes"]
     async with raw(live_server.url) as socket:
         await acknowledged(socket, user)
         subscribe = {"id": "a", "type": "subscribe", "payload": {
@@ -236,7 +237,7 @@ async def test_only_subscriptions_within_bounds(
 
 
 # ---------------------------------------------------------------------------
-# eventChanges
+# event_changes
 
 
 async def test_a_profile_not_administered_is_refused_as_its_read_is(
@@ -254,7 +255,7 @@ async def test_a_profile_not_administered_is_refused_as_its_read_is(
             error = await Subscriber(session, EVENT_CHANGES, {"profile_id": profile["id"]}
                                      ).error()
         assert error["extensions"]["code"] == code
-        assert error["path"] == ["eventChanges"]
+        assert error["path"] == ["event_changes"]
 
 
 async def test_the_owner_sees_each_change_as_get_event_shows_it(
@@ -272,7 +273,7 @@ async def test_the_owner_sees_each_change_as_get_event_shows_it(
 
         async def shown(event_type: str, event: dict[str, Any]) -> None:
             for subscriber in (owner_sees, admin_sees):
-                assert (await subscriber.next())["eventChanges"] == {
+                assert (await subscriber.next())["event_changes"] == {
                     "type": event_type, "event": event}
 
         event = await new_event(api, owner, profile, **TIMED, description="Live")
@@ -292,7 +293,7 @@ async def test_the_owner_sees_each_change_as_get_event_shows_it(
         assert status == 200
         assert (await api.delete(path, owner))[0] == 204
         await shown("event.deleted", before)  # as it was just before
-        # RSVPs are not event changes; rsvpStats follows them.
+        # RSVPs are not event changes; rsvp_stats follows them.
         other = await new_event(api, owner, profile, **TIMED)
         await shown("event.created", other)
         status, body, _ = await api.post(f"/v1/events/{other['id']}/rsvps", owner,
@@ -315,7 +316,7 @@ async def test_changes_arrive_in_commit_order_never_older_than_themselves(
                                               json={"title": f"t{index:02}"})
             assert status == 200, body
             made.append((event["id"], f"t{index:02}"))
-        seen = [(await sub.next())["eventChanges"] for _ in made]
+        seen = [(await sub.next())["event_changes"] for _ in made]
     assert [(c["type"], c["event"]["id"]) for c in seen] == [
         ("event.updated", event_id) for event_id, _ in made]
     # Read after its commit: the title is this change's or a later one's.
@@ -344,13 +345,13 @@ async def test_a_series_deleted_with_its_events_shows_each_as_it_was(
         status, body, _ = await api.delete(f"/v1/series/{series['id']}", user,
                                            params={"cascade_exclusive_events": "true"})
         assert status == 200 and body["deleted_event_count"] == 2, body
-        seen = [(await sub.next())["eventChanges"] for _ in events]
+        seen = [(await sub.next())["event_changes"] for _ in events]
     assert sorted(seen, key=lambda c: c["event"]["id"]) == sorted(
         ({"type": "event.deleted", "event": e} for e in events), key=lambda c: c["event"]["id"])
 
 
 # ---------------------------------------------------------------------------
-# rsvpStats
+# rsvp_stats
 
 
 async def test_rsvp_stats_follow_rsvps_for_whoever_may_read_them(
@@ -369,18 +370,18 @@ async def test_rsvp_stats_follow_rsvps_for_whoever_may_read_them(
 
     async with client(live_server.url, guest.api_key) as session:
         sub = Subscriber(session, RSVP_STATS, {"event_id": event["id"]})
-        assert (await sub.next())["rsvpStats"] == await rest_stats()  # as they are
+        assert (await sub.next())["rsvp_stats"] == await rest_stats()  # as they are
         status, rsvp, _ = await api.post(f"/v1/events/{event['id']}/rsvps", guest,
                                          json={"status": "going", "num_guests": 3})
         assert status == 201, rsvp
-        assert (await sub.next())["rsvpStats"] == await rest_stats()
+        assert (await sub.next())["rsvp_stats"] == await rest_stats()
         status, _, _ = await api.post(f"/v1/events/{event['id']}/rsvps", owner,
                                       json={"status": "maybe"})
-        assert (await sub.next())["rsvpStats"] == await rest_stats()
+        assert (await sub.next())["rsvp_stats"] == await rest_stats()
         status, _, _ = await api.patch(f"/v1/events/{event['id']}/rsvps/{rsvp['id']}", guest,
                                        json={"status": "not_going"})
         assert status == 200
-        assert (await sub.next())["rsvpStats"] == await rest_stats()
+        assert (await sub.next())["rsvp_stats"] == await rest_stats()
         # A change that leaves the counts as they were sends nothing.
         status, _, _ = await api.patch(f"/v1/events/{event['id']}", owner,
                                        json={"title": "Same counts"})
@@ -388,12 +389,12 @@ async def test_rsvp_stats_follow_rsvps_for_whoever_may_read_them(
         await sub.nothing()
         status, _, _ = await api.delete(f"/v1/events/{event['id']}/rsvps/{rsvp['id']}", guest)
         assert status == 204
-        assert (await sub.next())["rsvpStats"] == await rest_stats()
+        assert (await sub.next())["rsvp_stats"] == await rest_stats()
         # The event gone: the error its read now gives.
         assert (await api.delete(f"/v1/events/{event['id']}", owner))[0] == 204
         error = await sub.error()
         assert error["extensions"]["code"] == "resource_not_found"
-        assert error["path"] == ["rsvpStats"]
+        assert error["path"] == ["rsvp_stats"]
 
     hidden_path = f"/v1/events/{hidden['id']}/rsvps/stats"
     assert_error(*(await api.get(hidden_path, stranger))[:2], 404, "resource_not_found")
@@ -408,6 +409,66 @@ async def test_rsvp_stats_follow_rsvps_for_whoever_may_read_them(
         assert (await api.patch(f"/v1/events/{shown['id']}", owner,
                                 json={"is_private": True}))[0] == 200
         assert (await sub.error())["extensions"]["code"] == "resource_not_found"
+
+
+# ---------------------------------------------------------------------------
+# The first names, camelCase: deprecated, answered alike
+
+FIRST_NAMES = {"event_changes": "eventChanges", "rsvp_stats": "rsvpStats"}
+SUBSCRIPTION_FIELDS = """{ __schema { subscriptionType { fields(includeDeprecated: $all) {
+  name isDeprecated deprecationReason description
+  args { name type { kind name ofType { name } } }
+  type { kind ofType { name } } } } } }"""
+
+
+async def test_the_first_names_are_deprecated_aliases_in_introspection(api: Api,
+                                                                       user: User) -> None:
+    async def fields(all_: bool) -> dict[str, Any]:
+        query = "query Fields($all: Boolean!) " + SUBSCRIPTION_FIELDS
+        status, body, _ = await api.post("/graphql", user,
+                                         json={"query": query, "variables": {"all": all_}})
+        assert status == 200 and "errors" not in body, body
+        return {f["name"]: f for f in body["data"]["__schema"]["subscriptionType"]["fields"]}
+
+    assert {name: f["isDeprecated"] for name, f in (await fields(False)).items()} == {
+        "event_changes": False, "rsvp_stats": False}
+    found = await fields(True)
+    assert set(found) == {*FIRST_NAMES, *FIRST_NAMES.values()}
+    for name, first in FIRST_NAMES.items():
+        assert (found[first]["isDeprecated"], found[first]["deprecationReason"]) == (
+            True, f"Use {name}")
+        # The same field under another name: arguments, type, description.
+        same = {k: v for k, v in found[first].items()
+                if k not in ("name", "isDeprecated", "deprecationReason")}
+        assert same == {k: v for k, v in found[name].items()
+                        if k not in ("name", "isDeprecated", "deprecationReason")}
+
+
+async def test_the_first_names_still_deliver_the_same_changes(
+    live_server: LiveServer, api: Api, user: User
+) -> None:
+    profile = await new_profile(api, user)
+    event = await new_event(api, user, profile, **TIMED)
+    first_changes = EVENT_CHANGES.replace("event_changes(", "eventChanges(")
+    first_stats = RSVP_STATS.replace("rsvp_stats(", "rsvpStats(")
+    async with client(live_server.url, user.api_key) as session, \
+            watching(live_server, session, EVENT_CHANGES, {"profile_id": profile["id"]}) as new, \
+            watching(live_server, session, first_changes, {"profile_id": profile["id"]}) as old, \
+            watching(live_server, session, RSVP_STATS, {"event_id": event["id"]}) as stats, \
+            watching(live_server, session, first_stats, {"event_id": event["id"]}) as old_stats:
+        assert (await old_stats.next())["rsvpStats"] == (await stats.next())["rsvp_stats"]
+        status, changed, _ = await api.patch(f"/v1/events/{event['id']}", user,
+                                             json={"title": "Seen twice"})
+        assert status == 200, changed
+        expected = {"type": "event.updated", "event": changed}
+        assert (await new.next()) == {"event_changes": expected}
+        assert (await old.next()) == {"eventChanges": expected}
+        status, _, _ = await api.post(f"/v1/events/{event['id']}/rsvps", user,
+                                      json={"status": "going"})
+        assert status == 201
+        shown = (await stats.next())["rsvp_stats"]
+        assert shown["going"] == 1
+        assert (await old_stats.next()) == {"rsvpStats": shown}
 
 
 # ---------------------------------------------------------------------------
@@ -437,7 +498,7 @@ async def test_the_feed_reconnects_and_ends_subscriptions_that_missed_changes(
         await until(lambda: feed.connected, what="the feed reconnected")
         async with watching(live_server, session, EVENT_CHANGES, variables) as again:
             event = await new_event(api, user, profile, **TIMED)
-            assert (await again.next())["eventChanges"]["event"]["id"] == event["id"]
+            assert (await again.next())["event_changes"]["event"]["id"] == event["id"]
 
 
 # ---------------------------------------------------------------------------
@@ -497,13 +558,13 @@ async def _two_processes(writer: Service, reader: Service, user: User) -> None:
             sub = Subscriber(session, EVENT_CHANGES, variables)
             await _until_metric(reader.port, watches_metric, 1)
             event = await new_event(api, user, profile, **TIMED)
-            assert (await sub.next())["eventChanges"] == {"type": "event.created",
+            assert (await sub.next())["event_changes"] == {"type": "event.created",
                                                           "event": event}
             stats = Subscriber(session, RSVP_STATS, {"event_id": event["id"]})
-            assert (await stats.next())["rsvpStats"]["going"] == 0
+            assert (await stats.next())["rsvp_stats"]["going"] == 0
             assert (await api.post(f"/v1/events/{event['id']}/rsvps", user,
                                    json={"status": "going"}))[0] == 201
-            assert (await stats.next())["rsvpStats"]["going"] == 1
+            assert (await stats.next())["rsvp_stats"]["going"] == 1
             await sub.cancel()
             await stats.cancel()
         await _until_metric(reader.port, watches_metric, 0)
@@ -531,7 +592,7 @@ async def _two_processes(writer: Service, reader: Service, user: User) -> None:
             status, changed, _ = await api.patch(f"/v1/events/{event['id']}", user,
                                                  json={"title": "Later"})
             assert status == 200
-            assert (await sub.next())["eventChanges"] == {"type": "event.updated",
+            assert (await sub.next())["event_changes"] == {"type": "event.updated",
                                                           "event": changed}
             await sub.cancel()
 

@@ -196,10 +196,10 @@ async def test_unauthenticated_requests_are_limited_by_address(
 async def test_a_valid_key_is_charged_to_its_consumer_on_routes_that_take_none(
     limited: LiveServer, limited_api: Api
 ) -> None:
-    """`GET /graphql` (405) and an unknown path (404) with a valid key: the key's
+    """`DELETE /graphql` (405) and an unknown path (404) with a valid key: the key's
     consumer pays, as on every authenticated request, not the address."""
     user = await asyncio.to_thread(limited.create_user)
-    status, body, headers = await limited_api.get("/graphql", user)
+    status, body, headers = await limited_api.delete("/graphql", user)
     assert_error(status, body, 405, "method_not_allowed")
     assert _state(headers)[0] == QUOTA - 1
     status, body, headers = await limited_api.get("/v1/nowhere", user)
@@ -208,14 +208,14 @@ async def test_a_valid_key_is_charged_to_its_consumer_on_routes_that_take_none(
     # The address's bucket is whole; an unknown key is the address's to pay.
     for _ in range(ANONYMOUS):
         assert (await limited_api.get("/openapi.json"))[0] == 200
-    status, body, headers = await limited_api.get(
+    status, body, headers = await limited_api.delete(
         "/graphql", headers={"Authorization": "Bearer kal_nope"})
     assert_error(status, body, 429, "rate_limit_exceeded")
     assert headers["RateLimit-Policy"] == f'"default";q={ANONYMOUS};w={WINDOW}'
     # The consumer's quota runs out on such routes as on any other.
     for _ in range(QUOTA - 2):
-        assert (await limited_api.get("/graphql", user))[0] == 405
-    assert_error(*(await limited_api.get("/graphql", user))[:2], 429, "rate_limit_exceeded")
+        assert (await limited_api.delete("/graphql", user))[0] == 405
+    assert_error(*(await limited_api.delete("/graphql", user))[:2], 429, "rate_limit_exceeded")
 
 
 def test_two_processes_share_one_quota(database_url: str) -> None:

@@ -4,7 +4,8 @@
 // editor, and headers never reach localStorage (see `storage` below).
 (function () {
   "use strict";
-  var hint = JSON.stringify({ Authorization: "Bearer kal_..." }, null, 2);
+  var placeholder = "Bearer kal_...";
+  var hint = JSON.stringify({ Authorization: placeholder }, null, 2);
   var query =
     "# Kalends GraphQL: put your API key in Headers below,\n" +
     "# then run with Ctrl-Enter.\n\n" +
@@ -46,12 +47,21 @@
   var pending = null;
 
   function render() {
-    // The page is served by the endpoint itself: queries go back to its path.
+    // The page is served by the endpoint itself: queries go back to its path,
+    // subscriptions over a WebSocket to it, with the graphql-ws client GraphiQL's
+    // bundle carries; that client sends the headers editor's headers as
+    // connection_init's payload, where the service reads Authorization.
     // A new fetcher also makes GraphiQL fetch the schema again, with the
     // headers then in its editor.
-    var fetcher = GraphiQL.createFetcher({ url: window.location.pathname });
+    var fetcher = GraphiQL.createFetcher({
+      url: window.location.pathname,
+      subscriptionUrl: socketUrl(),
+    });
     root.render(React.createElement(GraphiQL, {
       fetcher: fetcher,
+      // No schema (null: none fetched) until a key is typed: asked for with the
+      // placeholder, it would only show the service refusing it.
+      schema: keyTyped(introspectedWith) ? undefined : null,
       defaultQuery: query,
       defaultHeaders: hint,
       isHeadersEditorEnabled: true,
@@ -60,6 +70,26 @@
       defaultEditorToolsVisibility: "headers",
       onEditHeaders: headersEdited,
     }));
+  }
+
+  function socketUrl() {
+    var scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+    return scheme + "//" + window.location.host + window.location.pathname;
+  }
+
+  function keyTyped(text) {
+    var headers;
+    try {
+      headers = JSON.parse(text);
+    } catch (notJson) {
+      return false;
+    }
+    return Boolean(headers) && typeof headers === "object" && Object.keys(headers).some(
+      function (name) {
+        var value = headers[name];
+        return name.toLowerCase() === "authorization" && typeof value === "string" &&
+          value.trim() !== "" && value.trim() !== placeholder;
+      });
   }
 
   // The schema (docs, completion) needs the key: fetch it again once the

@@ -30,7 +30,13 @@ from kalends.service import config, housekeeping, job_handlers, jobs
 from kalends.service.services import DRAIN, SERVICES, SETTINGS
 from kalends.web import metrics, protocol
 from kalends.web.draining import Drain
-from kalends.web.guard import error_envelopes, guard, request_context, require_api_key
+from kalends.web.guard import (
+    ERROR_BODIES,
+    error_envelopes,
+    guard,
+    request_context,
+    require_api_key,
+)
 from kalends.web.responses import json_response
 from rest_bridge import feeds, openapi, routes
 
@@ -111,9 +117,11 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     app.router.add_get("/openapi.json", _openapi)
     graph_http.setup(app)
     require_api_key(app, app.router.add_post("/graphql", graph_http.post))
-    # Takes no key itself: a browser's page, or a WebSocket that sends its key in
-    # connection_init. Anything else is a 405 charged like any other request.
-    app.router.add_get("/graphql", graph_http.get, allow_head=False)
+    # A query over GET takes a key as POST does; a browser's page takes none, nor a
+    # WebSocket, which sends its key in connection_init.
+    graph_get = app.router.add_get("/graphql", graph_http.get, allow_head=False)
+    require_api_key(app, graph_get, when=graph_http.runs_document)
+    app.setdefault(ERROR_BODIES, {})[graph_get] = graph_http.error_body
     graph_ws.setup(app)  # subscriptions' change feed, and sockets closed on stop
     ide.setup(app)
     routes.setup(app)

@@ -35,10 +35,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 ErrorBody = Callable[[web.Request, ApiError], web.Response]
 ERROR_BODIES = web.AppKey("error_bodies", dict[web.AbstractRoute, ErrorBody])
-"""Routes whose errors take another form than the envelope (MCP: JSON-RPC errors)."""
+"""Routes whose errors take another form than the envelope (MCP: JSON-RPC errors),
+or more headers (`GET /graphql`: Vary)."""
 
 API_KEY_ROUTES = web.AppKey("api_key_routes", dict[web.AbstractRoute, bool])
 """Routes that take an API key, each with whether it defers the limit to its handler."""
+KeyWanted = Callable[[web.Request], bool]
+API_KEY_WHEN = web.AppKey("api_key_when", dict[web.AbstractRoute, KeyWanted])
+"""Routes of API_KEY_ROUTES that take the key only for the requests a test picks
+(`GET /graphql`: a query does, GraphiQL's page and a WebSocket upgrade do not)."""
 Authenticator = Callable[[web.Request], Awaitable[Caller]]
 TOKEN_ROUTES = web.AppKey("token_routes", dict[web.AbstractRoute, Authenticator])
 """Routes that take another credential (an OAuth access token on /mcp), each with
@@ -58,11 +63,14 @@ def require_credential(app: web.Application, route: web.AbstractRoute,
 
 
 def require_api_key(app: web.Application, route: web.AbstractRoute, *,
-                    defer_limit: bool = False) -> None:
+                    defer_limit: bool = False, when: KeyWanted | None = None) -> None:
     """Mark `route` as authenticated by API key. `defer_limit`: its handler calls
     `request[RATE_LIMIT].enforce()` itself (MCP answers a tool call past the limit
-    with an isError result, not an HTTP 429)."""
+    with an isError result, not an HTTP 429). `when`: only the requests it picks;
+    the others are charged as on a route that takes no credential."""
     app.setdefault(API_KEY_ROUTES, {})[route] = defer_limit
+    if when is not None:
+        app.setdefault(API_KEY_WHEN, {})[route] = when
 
 
 @web.middleware
@@ -160,13 +168,18 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     routes = request.app.get(API_KEY_ROUTES, {})
     others = request.app.get(TOKEN_ROUTES, {})
     route = request.match_info.route
-    if route in routes:
+    if route in routes and _wants_key(request, route):
         request[VIEWER] = await _authenticate(request, _api_key, defer_limit=routes[route])
     elif route in others:
         request[VIEWER] = await _authenticate(request, others[route], defer_limit=True)
     elif request.path not in _UNLIMITED_PATHS and not await _charge_key(request):
         await _charge_address(request)
     return await handler(request)
+
+
+def _wants_key(request: web.Request, route: web.AbstractRoute) -> bool:
+    wanted = request.app.get(API_KEY_WHEN, {}).get(route)
+    return wanted is None or wanted(request)
 
 
 async def _api_key(request: web.Request) -> Caller:
@@ -191,7 +204,7 @@ async def _authenticate(request: web.Request, authenticate: Authenticator, *,
 
 async def _charge_key(request: web.Request) -> bool:
     """On a route that takes no credential (the OpenAPI document, an unknown path, a
-    method the path lacks such as `GET /graphql`), charge a valid API key's consumer,
+    method the path lacks such as `DELETE /graphql`), charge a valid API key's consumer,
     as on every authenticated request. False: no valid key, the address pays."""
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip().startswith(KEY_PREFIX):
