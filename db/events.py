@@ -142,24 +142,16 @@ async def summary_one_off(db: Database, profile_id: str, start: datetime, end: d
               -- all-day midnights float with the zone: at most a day either way
               AND e.start_time >= $2::timestamptz - interval '1 day'
               AND e.start_time < $3::timestamptz + interval '1 day'
-        ), kept AS MATERIALIZED (
+        ), kept AS (
             SELECT id, date_trunc($5, starts AT TIME ZONE $4)::date AS bucket
             FROM e WHERE starts >= $2 AND starts < $3
-        ), counted AS (
-            -- per event first: a join of events to RSVPs would be as long as the RSVPs
-            SELECT r.event_id,
-                   count(*) FILTER (WHERE r.status = 'going') AS going,
-                   count(*) FILTER (WHERE r.status = 'maybe') AS maybe,
-                   count(*) FILTER (WHERE r.status = 'not_going') AS not_going,
-                   count(*) FILTER (WHERE r.status = 'waitlist') AS waitlist
-            FROM rsvps r WHERE r.event_id IN (SELECT id FROM kept)
-            GROUP BY r.event_id
         )
-        SELECT kept.bucket, count(*) AS events,
-               coalesce(sum(c.going), 0)::int AS going, coalesce(sum(c.maybe), 0)::int AS maybe,
-               coalesce(sum(c.not_going), 0)::int AS not_going,
-               coalesce(sum(c.waitlist), 0)::int AS waitlist
-        FROM kept LEFT JOIN counted c ON c.event_id = kept.id
+        SELECT kept.bucket, count(DISTINCT kept.id) AS events,
+               count(r.id) FILTER (WHERE r.status = 'going') AS going,
+               count(r.id) FILTER (WHERE r.status = 'maybe') AS maybe,
+               count(r.id) FILTER (WHERE r.status = 'not_going') AS not_going,
+               count(r.id) FILTER (WHERE r.status = 'waitlist') AS waitlist
+        FROM kept LEFT JOIN rsvps r ON r.event_id = kept.id
         GROUP BY kept.bucket
         """,
         profile_id, start, end, tz, bucket,
