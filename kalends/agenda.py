@@ -293,15 +293,15 @@ def _occurrence_id(slot: _Slot) -> str:
     row = slot[4]
     if isinstance(row, occurrences.Found):
         return row.occurrence_id
-    return occurrence_id(row["id"], Span(*slot[:4]))
+    return occurrence_id(row["id"], slot[0], slot[2])
 
 
-def occurrence_id(event_id: str, span: Span) -> str:
+def occurrence_id(event_id: str, start: datetime, start_date: date | None) -> str:
     """`<event_id>:<original start, YYYYMMDDTHHMMSSZ>`, or `<event_id>:<YYYYMMDD>`
-    for an all-day occurrence."""
-    if span.start_date is None:
-        return f"{event_id}:{times.compact_utc(span.start)}"
-    return f"{event_id}:{span.start_date.isoformat().replace('-', '')}"
+    for an all-day occurrence (one with a `start_date`)."""
+    if start_date is None:
+        return f"{event_id}:{times.compact_utc(start)}"
+    return f"{event_id}:{start_date.isoformat().replace('-', '')}"
 
 
 class Span(NamedTuple):

@@ -92,9 +92,9 @@ def occurrences(row: Mapping[str, Any], r: Range, tz: ZoneInfo) -> list[Occurren
     found, _ = agenda.spans(row, instant_window(r, tz))
     return [
         Occurrence(
-            agenda.occurrence_id(row["id"], s), s.start, s.end, agenda.local(s.start, tz),
-            agenda.local(s.end, tz) if s.end is not None else None, s.start_date, s.end_date,
-            s.start_date is not None,
+            agenda.occurrence_id(row["id"], s.start, s.start_date), s.start, s.end,
+            agenda.local(s.start, tz), agenda.local(s.end, tz) if s.end is not None else None,
+            s.start_date, s.end_date, s.start_date is not None,
         )
         for s in found[:MAX_OCCURRENCES]
     ]
