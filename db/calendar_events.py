@@ -38,38 +38,12 @@ async def by_ids(db: Database | Tx, ids: Sequence[str], user_id: str) -> list[as
     )
 
 
-async def page(
-    db: Database, calendar_id: str, after: tuple[datetime, str] | None, limit: int
-) -> list[asyncpg.Record]:
-    """A calendar's stored events, personal and synced, by (created_at, id);
-    a recurring event is its one stored row."""
-    after_ts, after_id = after if after else (None, None)
-    return await db.fetch(
-        f"""
-        SELECT {_COLUMNS} FROM calendar_events ce
-        WHERE ce.calendar_id = $1
-          AND ($2::timestamptz IS NULL OR (ce.created_at, ce.id) > ($2, $3))
-        ORDER BY ce.created_at, ce.id
-        LIMIT $4
-        """,
-        calendar_id, after_ts, after_id, limit,
-    )
-
-
-_OF_CALENDAR = f"""
+OF_CALENDAR = nested.Listing(f"""
     SELECT {_COLUMNS} FROM calendar_events ce
     WHERE ce.calendar_id = k.parent
-"""
-"""Each calendar's stored events as `page` lists them."""
-
-
-async def pages_of_calendars(db: Database, parents: Sequence[nested.Parent], limit: int
-                             ) -> list[list[asyncpg.Record]]:
-    return await nested.pages(db, _OF_CALENDAR, "ce.created_at", parents, limit)
-
-
-async def counts_of_calendars(db: Database, parents: Sequence[str], cap: int) -> list[int]:
-    return await nested.counts(db, _OF_CALENDAR, parents, cap)
+""", "ce.created_at")
+"""A calendar's stored events, personal and synced, by (created_at, id); a
+recurring event is its one stored row."""
 
 
 # Derived by the domain from the written columns, never sent by a client: when a

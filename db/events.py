@@ -3,6 +3,7 @@ db/visibility.py), so neither costs a second query."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,29 +47,28 @@ async def by_ids(db: Database | Tx, ids: Sequence[str], viewer_id: str) -> list[
 
 
 async def page(
-    db: Database, viewer_id: str, after: tuple[datetime, str] | None, limit: int, *,
-    profile_id: str | None = None, series_id: str | None = None,
+    db: Database, viewer_id: str, after: tuple[datetime, str] | None, limit: int
 ) -> list[asyncpg.Record]:
-    """Visible events by (start_time, id): all of them, a profile's, or a series'."""
+    """Every visible event by (start_time, id): the discovery feed."""
     after_ts, after_id = after if after else (None, None)
-    scope = ""
-    if profile_id is not None:
-        scope = "AND e.profile_id = $5"
-    elif series_id is not None:
-        scope = "AND e.id IN (SELECT event_id FROM series_events WHERE series_id = $5)"
-    args: list[Any] = [viewer_id, after_ts, after_id, limit]
-    if profile_id is not None or series_id is not None:
-        args.append(profile_id or series_id)
     return await db.fetch(
         f"""
         {_select('$1')}
-        WHERE {visibility.visible('e', '$1')} {scope}
+        WHERE {visibility.visible('e', '$1')}
           AND ($2::timestamptz IS NULL OR (e.start_time, e.id) > ($2, $3))
         ORDER BY e.start_time, e.id
         LIMIT $4
         """,
-        *args,
+        viewer_id, after_ts, after_id, limit,
     )
+
+
+Scope = Literal["profile", "series", "all"]
+_SCOPES: dict[Scope, str] = {
+    "profile": "e.profile_id = k.parent",
+    "series": "e.id IN (SELECT event_id FROM series_events WHERE series_id = k.parent)",
+    "all": "k.parent IS NOT NULL",  # one parent of any name: every visible event
+}
 
 
 @dataclass(frozen=True)
@@ -85,45 +85,48 @@ class Filter:
     recurring: bool | None = None
     """Only recurring events (True) or only one-off events (False)."""
 
-
-Scope = Literal["profile", "series", "all"]
-_SCOPES: dict[Scope, str] = {
-    "profile": "e.profile_id = k.parent",
-    "series": "e.id IN (SELECT event_id FROM series_events WHERE series_id = k.parent)",
-    "all": "k.parent IS NOT NULL",
-}
-
-
-def _nested(scope: Scope) -> str:
-    return f"""
-    {_select('$5')}
-    WHERE {visibility.visible('e', '$5')} AND {_SCOPES[scope]}
-      AND ($6::text[] IS NULL OR e.profile_id = ANY($6::text[]))
-      AND ($7::text IS NULL OR e.status = $7)
-      AND ($8::timestamptz IS NULL OR (
-            e.start_time < $9 AND (
-              e.recurrence_rule IS NOT NULL
-              OR CASE WHEN e.end_time IS NULL THEN e.start_time >= $8 ELSE e.end_time > $8 END)))
-      AND ($10::bool IS NULL OR (e.recurrence_rule IS NOT NULL) = $10)
-    """
+    def select(self, scope: Scope, viewer_id: str) -> tuple[nested.Listing, tuple[Any, ...]]:
+        """The visible events of each parent of `scope` that this filter keeps, by
+        (start_time, id): the listing and its parameters ($5 on)."""
+        window = self.start is not None and self.end is not None
+        listing = _listing(scope, self.profile_ids is not None, self.status is not None,
+                           window, self.recurring)
+        values: list[Any] = [viewer_id]
+        if self.profile_ids is not None:
+            values.append(list(self.profile_ids))
+        if self.status is not None:
+            values.append(self.status)
+        if window:
+            values += [self.start, self.end]
+        return listing, tuple(values)
 
 
-def _filter_args(f: Filter) -> tuple[Any, ...]:
-    return (list(f.profile_ids) if f.profile_ids is not None else None, f.status, f.start,
-            f.end, f.recurring)
+@functools.cache
+def _listing(scope: Scope, profiles: bool, status: bool, window: bool, recurring: bool | None
+             ) -> nested.Listing:
+    """The statement of one shape of Filter: only the conditions it sets (an
+    optional condition written `$n IS NULL OR ...` made generic plans of every
+    list, the REST ones included, twice as slow)."""
+    conditions = [visibility.visible("e", "$5"), _SCOPES[scope]]
+    params = iter(range(6, 11))
+    if profiles:
+        conditions.append(f"e.profile_id = ANY(${next(params)}::text[])")
+    if status:
+        conditions.append(f"e.status = ${next(params)}")
+    if window:
+        start, end = next(params), next(params)
+        conditions.append(f"""e.start_time < ${end} AND (e.recurrence_rule IS NOT NULL
+            OR CASE WHEN e.end_time IS NULL THEN e.start_time >= ${start}
+                    ELSE e.end_time > ${start} END)""")
+    if recurring is not None:
+        conditions.append(f"e.recurrence_rule IS {'NOT NULL' if recurring else 'NULL'}")
+    return nested.Listing(f"{_select('$5')} WHERE {' AND '.join(conditions)}", "e.start_time")
 
 
-async def pages_of(db: Database, viewer_id: str, scope: Scope, parents: Sequence[nested.Parent],
-                   limit: int, f: Filter) -> list[list[asyncpg.Record]]:
-    """Each parent's visible events kept by `f`, by (start_time, id): a profile's
-    or a series' (parent: its id), or all of them (scope `all`)."""
-    return await nested.pages(db, _nested(scope), "e.start_time", parents, limit, viewer_id,
-                              *_filter_args(f))
-
-
-async def counts_of(db: Database, viewer_id: str, scope: Scope, parents: Sequence[str],
-                    cap: int, f: Filter) -> list[int]:
-    return await nested.counts(db, _nested(scope), parents, cap, viewer_id, *_filter_args(f))
+OF_PROFILE = _listing("profile", False, False, False, None)
+"""A profile's visible events by (start_time, id) ($5: the viewer)."""
+OF_SERIES = _listing("series", False, False, False, None)
+"""A series' visible events by (start_time, id) ($5: the viewer)."""
 
 
 async def summary_one_off(db: Database, profile_id: str, start: datetime, end: datetime,

@@ -7,7 +7,6 @@ see the target (db/visibility.py), so a page costs one query whatever its size.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 import asyncpg
@@ -93,37 +92,10 @@ async def delete(db: Database | Tx, follow_id: str, user_id: str) -> bool:
     return status != "DELETE 0"
 
 
-async def followers_page(
-    db: Database, profile_id: str, after: tuple[datetime, str] | None, limit: int
-) -> list[asyncpg.Record]:
-    """Follows of the profile by (created_at, id), with each follower's display
-    name and nothing else about them."""
-    after_ts, after_id = after if after else (None, None)
-    return await db.fetch(
-        """
-        SELECT f.id, f.created_at, u.display_name
-        FROM follows f JOIN users u ON u.id = f.user_id
-        WHERE f.following_type = 'profile' AND f.target_id = $1
-          AND ($2::timestamptz IS NULL OR (f.created_at, f.id) > ($2, $3))
-        ORDER BY f.created_at, f.id
-        LIMIT $4
-        """,
-        profile_id, after_ts, after_id, limit,
-    )
-
-
-_FOLLOWERS = """
+FOLLOWERS = nested.Listing("""
     SELECT f.id, f.created_at, u.display_name
     FROM follows f JOIN users u ON u.id = f.user_id
     WHERE f.following_type = 'profile' AND f.target_id = k.parent
-"""
-"""Each profile's followers, as `followers_page` lists them."""
-
-
-async def followers_pages(db: Database, parents: Sequence[nested.Parent], limit: int
-                          ) -> list[list[asyncpg.Record]]:
-    return await nested.pages(db, _FOLLOWERS, "f.created_at", parents, limit)
-
-
-async def followers_counts(db: Database, parents: Sequence[str], cap: int) -> list[int]:
-    return await nested.counts(db, _FOLLOWERS, parents, cap)
+""", "f.created_at")
+"""Follows of a profile by (created_at, id), with each follower's display name and
+nothing else about them."""

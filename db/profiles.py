@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from db import nested, rows
+from db import nested, rows, visibility
 from db.database import Database, Tx
 
 _COLUMNS = """
@@ -50,8 +50,7 @@ async def administered_page(
     return await db.fetch(
         f"""
         SELECT {_COLUMNS}, m.role AS viewer_role {_FROM.format(viewer="$1")}
-        WHERE p.deleted_at IS NULL
-          AND (p.owner_user_id = $1 OR m.role IN ('owner', 'admin'))
+        WHERE {visibility.administered("$1")}
           AND ($2::timestamptz IS NULL OR (p.created_at, p.id) > ($2, $3))
         ORDER BY p.created_at, p.id
         LIMIT $4
@@ -60,22 +59,11 @@ async def administered_page(
     )
 
 
-_OF_ORGANIZATION = f"""
+OF_ORGANIZATION = nested.Listing(f"""
     SELECT {_COLUMNS}, m.role AS viewer_role {_FROM.format(viewer="$5")}
-    WHERE p.organization_id = k.parent AND p.deleted_at IS NULL
-      AND (p.owner_user_id = $5 OR m.role IN ('owner', 'admin'))
-"""
-"""An organization's profiles as `administered_page` lists them."""
-
-
-async def pages_of_organizations(db: Database, viewer_id: str, parents: Sequence[nested.Parent],
-                                 limit: int) -> list[list[asyncpg.Record]]:
-    return await nested.pages(db, _OF_ORGANIZATION, "p.created_at", parents, limit, viewer_id)
-
-
-async def counts_of_organizations(db: Database, viewer_id: str, parents: Sequence[str],
-                                  cap: int) -> list[int]:
-    return await nested.counts(db, _OF_ORGANIZATION, parents, cap, viewer_id)
+    WHERE p.organization_id = k.parent AND {visibility.administered("$5")}
+""", "p.created_at")
+"""An organization's profiles as `administered_page` lists them ($5: the viewer)."""
 
 
 async def insert(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -22,41 +22,26 @@ WRITABLE = (
 )
 
 
-async def page(
-    db: Database, event_id: str, after: tuple[datetime, str] | None, limit: int, *,
-    only_user: str | None,
-) -> list[asyncpg.Record]:
-    """An event's RSVPs by (created_at, id); `only_user` narrows them to one attendee's."""
-    after_ts, after_id = after if after else (None, None)
-    return await db.fetch(
-        f"""
-        SELECT {_COLUMNS} FROM rsvps r
-        WHERE r.event_id = $1 AND ($2::text IS NULL OR r.user_id = $2)
-          AND ($3::timestamptz IS NULL OR (r.created_at, r.id) > ($3, $4))
-        ORDER BY r.created_at, r.id
-        LIMIT $5
-        """,
-        event_id, only_user, after_ts, after_id, limit,
-    )
+def of_event(only_user: str | None, status: str | None
+             ) -> tuple[nested.Listing, tuple[Any, ...]]:
+    """An event's RSVPs by (created_at, id), only one attendee's or of one status
+    when set: the listing and its parameters ($5 on)."""
+    values = tuple(v for v in (only_user, status) if v is not None)
+    return _of_event(only_user is not None, status is not None), values
 
 
-_OF_EVENT = f"""
-    SELECT {_COLUMNS} FROM rsvps r
-    WHERE r.event_id = k.parent AND ($5::text IS NULL OR r.user_id = $5)
-      AND ($6::text IS NULL OR r.status = $6)
-"""
-"""Each event's RSVPs as `page` lists them, of one status ($6) when set."""
-
-
-async def pages_of_events(db: Database, parents: Sequence[nested.Parent], limit: int, *,
-                          only_user: str | None, status: str | None
-                          ) -> list[list[asyncpg.Record]]:
-    return await nested.pages(db, _OF_EVENT, "r.created_at", parents, limit, only_user, status)
-
-
-async def counts_of_events(db: Database, parents: Sequence[str], cap: int, *,
-                           only_user: str | None, status: str | None) -> list[int]:
-    return await nested.counts(db, _OF_EVENT, parents, cap, only_user, status)
+@functools.cache
+def _of_event(one_user: bool, one_status: bool) -> nested.Listing:
+    """Only the conditions a request sets: generic plans of optional ones
+    (`$n IS NULL OR ...`) are slower."""
+    conditions = ["r.event_id = k.parent"]
+    params = iter(range(5, 7))
+    if one_user:
+        conditions.append(f"r.user_id = ${next(params)}")
+    if one_status:
+        conditions.append(f"r.status = ${next(params)}")
+    return nested.Listing(f"SELECT {_COLUMNS} FROM rsvps r WHERE {' AND '.join(conditions)}",
+                          "r.created_at")
 
 
 async def by_id(db: Database | Tx, rsvp_id: str) -> asyncpg.Record | None:

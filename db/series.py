@@ -47,42 +47,27 @@ async def of_events(db: Database, event_ids: Sequence[str], viewer_id: str
 
 
 async def page(
-    db: Database, viewer_id: str, after: tuple[datetime, str] | None, limit: int, *,
-    profile_id: str | None = None,
+    db: Database, viewer_id: str, after: tuple[datetime, str] | None, limit: int
 ) -> list[asyncpg.Record]:
-    """By (created_at, id): a profile's visible series, or (no profile) the live
-    series of every profile the viewer owns or administers."""
+    """The live series of every profile the viewer owns or administers, by
+    (created_at, id)."""
     after_ts, after_id = after if after else (None, None)
-    if profile_id is None:
-        scope = ("p.deleted_at IS NULL AND (p.owner_user_id = $1 OR m.role IN ('owner', 'admin'))"
-                 " AND $5::text IS NULL")
-    else:
-        scope = f"s.profile_id = $5 AND {visibility.visible('s', '$1')}"
     return await db.fetch(
         f"""
         {_select('$1')}
-        WHERE {scope}
+        WHERE {visibility.administered('$1')}
           AND ($2::timestamptz IS NULL OR (s.created_at, s.id) > ($2, $3))
         ORDER BY s.created_at, s.id
         LIMIT $4
         """,
-        viewer_id, after_ts, after_id, limit, profile_id,
+        viewer_id, after_ts, after_id, limit,
     )
 
 
-def _of_profile() -> str:
-    return f"{_select('$5')} WHERE s.profile_id = k.parent AND {visibility.visible('s', '$5')}"
-
-
-async def pages_of_profiles(db: Database, viewer_id: str, parents: Sequence[nested.Parent],
-                            limit: int) -> list[list[asyncpg.Record]]:
-    """Each profile's visible series, as `page` lists them."""
-    return await nested.pages(db, _of_profile(), "s.created_at", parents, limit, viewer_id)
-
-
-async def counts_of_profiles(db: Database, viewer_id: str, parents: Sequence[str], cap: int
-                             ) -> list[int]:
-    return await nested.counts(db, _of_profile(), parents, cap, viewer_id)
+OF_PROFILE = nested.Listing(
+    f"{_select('$5')} WHERE s.profile_id = k.parent AND {visibility.visible('s', '$5')}",
+    "s.created_at")
+"""A profile's visible series by (created_at, id) ($5: the viewer)."""
 
 
 async def insert(db: Database | Tx, series_id: str, profile_id: str, values: dict[str, Any]

@@ -37,6 +37,13 @@ def profile_visible(viewer: str) -> str:
     AND (NOT p.is_private OR p.owner_user_id = {viewer} OR m.role IS NOT NULL))"""
 
 
+def administered(viewer: str) -> str:
+    """Whether the viewer runs the live profile `p`: its owner, or an owner or admin
+    of its organization (`GET /v1/profiles` and `GET /v1/series` list these)."""
+    return f"""(p.deleted_at IS NULL
+    AND (p.owner_user_id = {viewer} OR m.role IN ('owner', 'admin')))"""
+
+
 def visible(item: str, viewer: str) -> str:
     return f"""(
     (p.deleted_at IS NULL

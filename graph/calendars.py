@@ -129,7 +129,7 @@ class CalendarQueries:
         row = await _calendar(ctx, calendar_id)
         return await page(
             ctx, f"calendar-events:{row['id']}", limit, cursor,
-            lambda after, n: event_store.page(ctx.db, row["id"], after, n),
+            lambda after, n: event_store.OF_CALENDAR.page(ctx.db, row["id"], after, n),
             CalendarEvent.from_row,
         )
 

@@ -24,10 +24,10 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 import asyncpg
 
-from db.nested import Parent
+from db.nested import Listing
 from graph.context import Context
 from graph.types import Count, Page
-from kalends.pagination import check_limit
+from kalends.pagination import COUNT_CAP, check_limit
 
 S = TypeVar("S", bound=Hashable)
 T = TypeVar("T")
@@ -35,7 +35,7 @@ T = TypeVar("T")
 MAX_SCAN = 1000
 """Rows one page of a filtered list reads past those it keeps, per parent."""
 
-Fetch = Callable[[Context, Sequence[Parent], int, S], Awaitable[list[list[asyncpg.Record]]]]
+Select = Callable[[Context, S], tuple[Listing, tuple[Any, ...]]]
 Counts = Callable[[Context, Sequence[str], S], Awaitable[list[int]]]
 Keep = Callable[[asyncpg.Record, S], bool]
 
@@ -44,7 +44,7 @@ class _Want(NamedTuple):
     parent: str
     after: tuple[datetime, str] | None
     rows: int  # the page's limit + 1: one more tells whether there are more
-    spec: Hashable
+    spec: Any  # the connection's S: hashable, it keys the batches
 
 
 class _Found(NamedTuple):
@@ -55,15 +55,15 @@ class _Found(NamedTuple):
 
 @dataclass(frozen=True)
 class Connection(Generic[S]):
-    """One kind of list under a parent. `fetch` reads each parent's next rows in
-    `order` (then id); `counts` counts each parent's list up to COUNT_CAP + 1; `spec`
-    is what the list is filtered by (hashable: it keys the batches)."""
+    """One kind of list under a parent: `select` gives its listing (db/nested.py)
+    and the listing's own parameters for the request and `spec` (what the list is
+    filtered by; hashable: it keys the batches). `counts`, when set, counts in place
+    of the listing (up to COUNT_CAP + 1)."""
 
     name: str
-    order: str
-    fetch: Fetch[S]
-    counts: Counts[S]
+    select: Select[S]
     keep: Keep[S] | None = None
+    counts: Counts[S] | None = None
 
     async def page(self, ctx: Context, parent: str, list_key: str, limit: int,
                    cursor: str | None, spec: S, item: Callable[[asyncpg.Record], T]
@@ -72,11 +72,11 @@ class Connection(Generic[S]):
         cursor, to the caller)."""
         limit = check_limit(limit)
         key = f"{list_key}:{ctx.viewer.user_id}"
-        cursors = ctx.services.cursors
+        cursors, order = ctx.services.cursors, self.select(ctx, spec)[0].column
         after = cursors.decode(key, cursor) if cursor else None
         pages = ctx.loaders.keyed(f"{self.name}:pages", lambda wants: self._pages(ctx, wants))
         found: _Found = await pages.load(_Want(parent, after, limit + 1, spec))
-        rows, has_more, next_cursor = cursors.page(key, found.rows, limit, order=self.order)
+        rows, has_more, next_cursor = cursors.page(key, found.rows, limit, order=order)
         if not has_more and found.resume is not None:
             has_more, next_cursor = True, cursors.encode(key, *found.resume)
         totals = ctx.loaders.keyed(f"{self.name}:counts", lambda keys: self._counts(ctx, keys))
@@ -84,16 +84,14 @@ class Connection(Generic[S]):
                     count=Count(lambda: totals.load((parent, spec))))
 
     async def _pages(self, ctx: Context, wants: Sequence[_Want]) -> list[_Found]:
-        found: list[_Found | None] = [None] * len(wants)
-        for indexes in _grouped(wants, lambda w: (w.rows, w.spec)).values():
-            first = wants[indexes[0]]
-            batch = await self._fill(ctx, [wants[i] for i in indexes], first.rows, first.spec)
-            for i, f in zip(indexes, batch, strict=True):
-                found[i] = f
-        return [f for f in found if f is not None]
+        return await _batched(wants, lambda w: (w.rows, w.spec),
+                              lambda group: self._fill(ctx, group))
 
-    async def _fill(self, ctx: Context, wants: list[_Want], rows: int, spec: Any
-                    ) -> list[_Found]:
+    async def _fill(self, ctx: Context, wants: Sequence[_Want]) -> list[_Found]:
+        """The pages of `wants`, which share their size and spec: one statement,
+        and more only for pages whose rows were dropped by `keep`."""
+        rows, spec = wants[0].rows, wants[0].spec
+        listing, args = self.select(ctx, spec)
         kept: list[list[asyncpg.Record]] = [[] for _ in wants]
         after = [w.after for w in wants]
         scanned = [0] * len(wants)
@@ -101,14 +99,14 @@ class Connection(Generic[S]):
         active, size = list(range(len(wants))), rows
         while active:
             parents = [(wants[i].parent, *(after[i] or (None, None))) for i in active]
-            lists = await self.fetch(ctx, parents, size, spec)
+            lists = await listing.pages(ctx.db, parents, size, *args)
             again = []
             for i, read in zip(active, lists, strict=True):
                 scanned[i] += len(read)
                 kept[i] += read if self.keep is None else [r for r in read if self.keep(r, spec)]
                 if len(kept[i]) >= rows or len(read) < size:
                     continue  # the page is full, or the list has ended
-                after[i] = (read[-1][self.order], read[-1]["id"])
+                after[i] = (read[-1][listing.column], read[-1]["id"])
                 if scanned[i] >= MAX_SCAN:
                     resume[i] = after[i]
                     continue
@@ -117,21 +115,29 @@ class Connection(Generic[S]):
         return [_Found(k[:rows], r) for k, r in zip(kept, resume, strict=True)]
 
     async def _counts(self, ctx: Context, keys: Sequence[tuple[str, Any]]) -> list[int]:
-        totals = [0] * len(keys)
-        for indexes in _grouped(keys, lambda k: k[1]).values():
-            batch = await self.counts(ctx, [keys[i][0] for i in indexes], keys[indexes[0]][1])
-            for i, n in zip(indexes, batch, strict=True):
-                totals[i] = n
-        return totals
+        async def count(group: Sequence[tuple[str, Any]]) -> list[int]:
+            parents, spec = [k[0] for k in group], group[0][1]
+            if self.counts is not None:
+                return await self.counts(ctx, parents, spec)
+            listing, args = self.select(ctx, spec)
+            return await listing.counts(ctx.db, parents, COUNT_CAP + 1, *args)
+
+        return await _batched(keys, lambda k: k[1], count)
 
 
 K = TypeVar("K")
+R = TypeVar("R")
 
 
-def _grouped(items: Sequence[K], by: Callable[[K], Hashable]) -> dict[Hashable, list[int]]:
-    """The indexes of `items`, by `by` of each."""
+async def _batched(items: Sequence[K], by: Callable[[K], Hashable],
+                   run: Callable[[Sequence[K]], Awaitable[list[R]]]) -> list[R]:
+    """`run` once per group of `items` alike by `by`, its answers put back in the
+    items' order (a DataLoader's batch may mix sizes and filters)."""
     groups: dict[Hashable, list[int]] = {}
     for i, x in enumerate(items):
         groups.setdefault(by(x), []).append(i)
-    return groups
-
+    answers: dict[int, R] = {}
+    for indexes in groups.values():
+        found = await run([items[i] for i in indexes])
+        answers.update(zip(indexes, found, strict=True))
+    return [answers[i] for i in range(len(items))]

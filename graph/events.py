@@ -81,7 +81,7 @@ class EventQueries:
         profile_rules.check_visible(await ctx.loaders.profile.load(key), ctx.viewer)
         return await page(
             ctx, f"profile-events:{key}", limit, cursor,
-            lambda after, n: store.page(ctx.db, ctx.viewer.user_id, after, n, profile_id=key),
+            lambda after, n: store.OF_PROFILE.page(ctx.db, key, after, n, ctx.viewer.user_id),
             Event.from_row, order="start_time",
         )
 

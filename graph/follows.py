@@ -85,7 +85,7 @@ class FollowQueries:
         domain.check_followers_visible(await ctx.loaders.profile.load(key), ctx.viewer)
         return await page(
             ctx, f"profile-followers:{key}", limit, cursor,
-            lambda after, n: store.followers_page(ctx.db, key, after, n),
+            lambda after, n: store.FOLLOWERS.page(ctx.db, key, after, n),
             Follower.from_row,
         )
 

@@ -5,15 +5,16 @@ use, and what is new is decided in `kalends.dashboard`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, get_args
 
 import asyncpg
 
 from db import calendar_events, follows, profiles, rsvps, series
 from db import events as event_store
-from db.nested import Parent
+from db.nested import Listing
 from graph.connections import Connection
 from graph.context import Context
 from graph.scalars import Timestamp
@@ -21,6 +22,7 @@ from graph.types import Event, EventOccurrence, Page, Profile, Rsvp, RsvpBucket,
 from kalends import agenda, dashboard, ids
 from kalends import follows as follow_rules
 from kalends import profiles as profile_rules
+from kalends import rsvps as rsvp_rules
 from kalends.errors import ApiError, forbidden
 from kalends.pagination import COUNT_CAP
 
@@ -35,31 +37,31 @@ MAX_SUMMARY_RECURRING = 5000
 # Events: a profile's, a series', or all visible ones, kept by a Filter
 
 
-def _events(scope: event_store.Scope) -> Connection[event_store.Filter]:
-    async def fetch(ctx: Context, parents: Sequence[Parent], n: int, f: event_store.Filter
-                    ) -> list[list[asyncpg.Record]]:
-        return await event_store.pages_of(ctx.db, ctx.viewer.user_id, scope, parents, n, f)
-
-    async def counts(ctx: Context, parents: Sequence[str], f: event_store.Filter) -> list[int]:
-        db, viewer, cap = ctx.db, ctx.viewer.user_id, COUNT_CAP + 1
-        if f.start is None or f.end is None:
-            return await event_store.counts_of(db, viewer, scope, parents, cap, f)
-        # One-off events are decided by SQL; recurring ones by their expansion.
-        one_off = await event_store.counts_of(db, viewer, scope, parents, cap,
-                                              replace(f, recurring=False))
-        recurring = await event_store.pages_of(db, viewer, scope,
-                                               [(p, None, None) for p in parents], cap,
-                                               replace(f, recurring=True))
-        return [n + sum(1 for r in rows if _meets(r, f))
-                for n, rows in zip(one_off, recurring, strict=True)]
-
-    return Connection(f"events:{scope}", "start_time", fetch, counts, keep=_meets)
-
-
 def _meets(row: asyncpg.Record, f: event_store.Filter) -> bool:
     if f.start is None or f.end is None or row["recurrence_rule"] is None:
         return True  # the statement decided it
     return dashboard.event_meets(row, dashboard.Range(f.start, f.end))
+
+
+def _events(scope: event_store.Scope) -> Connection[event_store.Filter]:
+    def select(ctx: Context, f: event_store.Filter) -> tuple[Listing, tuple[Any, ...]]:
+        return f.select(scope, ctx.viewer.user_id)
+
+    async def counts(ctx: Context, parents: Sequence[str], f: event_store.Filter) -> list[int]:
+        cap = COUNT_CAP + 1
+        if f.start is None or f.end is None:
+            listing, args = select(ctx, f)
+            return await listing.counts(ctx.db, parents, cap, *args)
+        # One-off events are decided by SQL; recurring ones by their expansion.
+        one_off, one_off_args = select(ctx, replace(f, recurring=False))
+        recurring, recurring_args = select(ctx, replace(f, recurring=True))
+        totals, candidates = await asyncio.gather(
+            one_off.counts(ctx.db, parents, cap, *one_off_args),
+            recurring.pages(ctx.db, [(p, None, None) for p in parents], cap, *recurring_args))
+        return [n + sum(1 for r in rows if _meets(r, f))
+                for n, rows in zip(totals, candidates, strict=True)]
+
+    return Connection(f"events:{scope}", select, keep=_meets, counts=counts)
 
 
 _PROFILE_EVENTS = _events("profile")
@@ -117,18 +119,23 @@ async def events(ctx: Context, limit: int, cursor: str | None, start: str | None
 # Profiles of an organization, series and followers of a profile, RSVPs of an event
 
 
-async def _organization_pages(ctx: Context, parents: Sequence[Parent], n: int, _: None
-                              ) -> list[list[asyncpg.Record]]:
-    return await profiles.pages_of_organizations(ctx.db, ctx.viewer.user_id, parents, n)
+def _by_viewer(listing: Listing) -> Callable[[Context, None], tuple[Listing, tuple[Any, ...]]]:
+    """A listing whose one parameter is the viewer."""
+    return lambda ctx, _: (listing, (ctx.viewer.user_id,))
 
 
-async def _organization_counts(ctx: Context, parents: Sequence[str], _: None) -> list[int]:
-    return await profiles.counts_of_organizations(ctx.db, ctx.viewer.user_id, parents,
-                                                  COUNT_CAP + 1)
+def _plain(listing: Listing) -> Callable[[Context, None], tuple[Listing, tuple[Any, ...]]]:
+    """A listing without parameters of its own."""
+    return lambda ctx, _: (listing, ())
 
 
 _ORGANIZATION_PROFILES: Connection[None] = Connection(
-    "organization-profiles", "created_at", _organization_pages, _organization_counts)
+    "organization-profiles", _by_viewer(profiles.OF_ORGANIZATION))
+_PROFILE_SERIES: Connection[None] = Connection("profile-series", _by_viewer(series.OF_PROFILE))
+_FOLLOWERS: Connection[None] = Connection("profile-followers", _plain(follows.FOLLOWERS))
+CALENDAR_EVENTS: Connection[None] = Connection("calendar-events",
+                                               _plain(calendar_events.OF_CALENDAR))
+"""A calendar's stored events (graph/calendars.py: `Calendar.events`)."""
 
 
 async def organization_profiles(ctx: Context, organization_id: str, limit: int,
@@ -138,36 +145,10 @@ async def organization_profiles(ctx: Context, organization_id: str, limit: int,
         Profile.from_row)
 
 
-async def _series_pages(ctx: Context, parents: Sequence[Parent], n: int, _: None
-                        ) -> list[list[asyncpg.Record]]:
-    return await series.pages_of_profiles(ctx.db, ctx.viewer.user_id, parents, n)
-
-
-async def _series_counts(ctx: Context, parents: Sequence[str], _: None) -> list[int]:
-    return await series.counts_of_profiles(ctx.db, ctx.viewer.user_id, parents, COUNT_CAP + 1)
-
-
-_PROFILE_SERIES: Connection[None] = Connection("profile-series", "created_at", _series_pages,
-                                                _series_counts)
-
-
 async def profile_series(ctx: Context, profile_id: str, limit: int, cursor: str | None
                          ) -> Page[Series]:
     return await _PROFILE_SERIES.page(ctx, profile_id, f"profile-series:{profile_id}", limit,
                                       cursor, None, Series.from_row)
-
-
-async def _follower_pages(ctx: Context, parents: Sequence[Parent], n: int, _: None
-                          ) -> list[list[asyncpg.Record]]:
-    return await follows.followers_pages(ctx.db, parents, n)
-
-
-async def _follower_counts(ctx: Context, parents: Sequence[str], _: None) -> list[int]:
-    return await follows.followers_counts(ctx.db, parents, COUNT_CAP + 1)
-
-
-_FOLLOWERS: Connection[None] = Connection("profile-followers", "created_at", _follower_pages,
-                                          _follower_counts)
 
 
 async def profile_followers(ctx: Context, profile: asyncpg.Record, limit: int,
@@ -181,21 +162,9 @@ async def profile_followers(ctx: Context, profile: asyncpg.Record, limit: int,
 
 _RsvpSpec = tuple[str | None, str | None]
 """(only this user's RSVPs, or everyone's; only this status, or all)."""
-
-
-async def _rsvp_pages(ctx: Context, parents: Sequence[Parent], n: int, spec: _RsvpSpec
-                      ) -> list[list[asyncpg.Record]]:
-    return await rsvps.pages_of_events(ctx.db, parents, n, only_user=spec[0], status=spec[1])
-
-
-async def _rsvp_counts(ctx: Context, parents: Sequence[str], spec: _RsvpSpec) -> list[int]:
-    return await rsvps.counts_of_events(ctx.db, parents, COUNT_CAP + 1, only_user=spec[0],
-                                        status=spec[1])
-
-
-_EVENT_RSVPS: Connection[_RsvpSpec] = Connection("event-rsvps", "created_at", _rsvp_pages,
-                                                 _rsvp_counts)
-_RSVP_STATUSES = ("going", "maybe", "not_going", "waitlist")
+_EVENT_RSVPS: Connection[_RsvpSpec] = Connection(
+    "event-rsvps", lambda ctx, spec: rsvps.of_event(*spec))
+_RSVP_STATUSES = get_args(rsvp_rules.Status)
 
 
 async def event_rsvps(ctx: Context, event: asyncpg.Record, limit: int, cursor: str | None,
@@ -207,20 +176,6 @@ async def event_rsvps(ctx: Context, event: asyncpg.Record, limit: int, cursor: s
     key = f"rsvps:{event['id']}" if status is None else f"rsvps:{event['id']}?{status}"
     return await _EVENT_RSVPS.page(ctx, event["id"], key, limit, cursor, (only, status),
                                    Rsvp.from_row)
-
-
-async def _calendar_pages(ctx: Context, parents: Sequence[Parent], n: int, _: None
-                          ) -> list[list[asyncpg.Record]]:
-    return await calendar_events.pages_of_calendars(ctx.db, parents, n)
-
-
-async def _calendar_counts(ctx: Context, parents: Sequence[str], _: None) -> list[int]:
-    return await calendar_events.counts_of_calendars(ctx.db, parents, COUNT_CAP + 1)
-
-
-CALENDAR_EVENTS: Connection[None] = Connection("calendar-events", "created_at",
-                                               _calendar_pages, _calendar_counts)
-"""A calendar's stored events (graph/calendars.py: `Calendar.events`)."""
 
 
 # ---------------------------------------------------------------------------

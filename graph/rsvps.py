@@ -45,9 +45,10 @@ class RsvpQueries:
         ctx = info.context
         event = await _event(ctx, event_id)
         only = None if profile_rules.administers(event, ctx.viewer) else ctx.viewer.user_id
+        listing, args = store.of_event(only, None)
         return await page(
             ctx, f"rsvps:{event['id']}", limit, cursor,
-            lambda after, n: store.page(ctx.db, event["id"], after, n, only_user=only),
+            lambda after, n: listing.page(ctx.db, event["id"], after, n, *args),
             Rsvp.from_row,
         )
 

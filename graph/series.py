@@ -58,7 +58,7 @@ class SeriesQueries:
         profile_rules.check_visible(await ctx.loaders.profile.load(key), ctx.viewer)
         return await page(
             ctx, f"profile-series:{key}", limit, cursor,
-            lambda after, n: store.page(ctx.db, ctx.viewer.user_id, after, n, profile_id=key),
+            lambda after, n: store.OF_PROFILE.page(ctx.db, key, after, n, ctx.viewer.user_id),
             Series.from_row,
         )
 
@@ -73,8 +73,8 @@ class SeriesQueries:
         row = await _visible(ctx, series_id)
         return await page(
             ctx, f"series-events:{row['id']}", limit, cursor,
-            lambda after, n: event_store.page(ctx.db, ctx.viewer.user_id, after, n,
-                                              series_id=row["id"]),
+            lambda after, n: event_store.OF_SERIES.page(ctx.db, row["id"], after, n,
+                                                        ctx.viewer.user_id),
             Event.from_row, order="start_time",
         )
 
