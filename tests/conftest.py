@@ -144,6 +144,18 @@ class LiveServer:
         self._thread.join(timeout=10)
 
 
+@contextmanager
+def own_server(database_url: str, prefix: str, **options: Any) -> Iterator[LiveServer]:
+    """A live server of its own (`options`: its settings, ...) on a fresh database of
+    the session's server, for tests that must not share the session's (quotas)."""
+    with migrated_database(database_url, prefix=prefix) as dsn:
+        server = LiveServer(dsn, **options)
+        try:
+            yield server
+        finally:
+            server.close()
+
+
 @pytest.fixture(scope="session")
 def live_server(database_url: str) -> Iterator[LiveServer]:
     server = LiveServer(database_url)

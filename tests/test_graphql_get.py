@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from conftest import Api, LiveServer, User, assert_error, handle, migrated_database, new_profile
+from conftest import Api, LiveServer, User, assert_error, handle, new_profile, own_server
 
 from kalends.service.config import Rate, Settings
 
@@ -279,12 +279,8 @@ WINDOW = 3600
 @pytest.fixture
 def limited(database_url: str) -> Iterator[LiveServer]:
     settings = Settings(rate_limit=Rate(QUOTA, WINDOW), anonymous_rate_limit=Rate(2, WINDOW))
-    with migrated_database(database_url, prefix="kalends_get") as dsn:
-        server = LiveServer(dsn, settings=settings, run_jobs=False)
-        try:
-            yield server
-        finally:
-            server.close()
+    with own_server(database_url, "kalends_get", settings=settings, run_jobs=False) as server:
+        yield server
 
 
 def remaining(headers: Any) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from conftest import Api, LiveServer, User, assert_error, handle, migrated_database
+from conftest import Api, LiveServer, User, assert_error, handle, migrated_database, own_server
 from processes import (
     ROOT,
     Service,
@@ -40,12 +40,8 @@ SETTINGS = Settings(rate_limit=Rate(QUOTA, WINDOW), anonymous_rate_limit=Rate(AN
 
 @pytest.fixture
 def limited(database_url: str) -> Iterator[LiveServer]:
-    with migrated_database(database_url, prefix="kalends_rl") as dsn:
-        server = LiveServer(dsn, settings=SETTINGS, run_jobs=False)
-        try:
-            yield server
-        finally:
-            server.close()
+    with own_server(database_url, "kalends_rl", settings=SETTINGS, run_jobs=False) as server:
+        yield server
 
 
 @pytest.fixture
