@@ -581,35 +581,29 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
     return results
 
 
+_COUNTS = {"events": (100_000, "events in the database in all"),
+           "profiles": (20, "the bench user's dashboard profiles"),
+           "summary_events": (5000, "events of the summary profile"),
+           "summary_rsvps": (50_000, "RSVPs on the summary profile's events"),
+           "rounds": (2, "A B C rounds"),
+           "requests": (200, "measured requests per kind and round"),
+           "warmup": (20, "warm-up requests per kind and round"),
+           "concurrency": (4, "clients while seeding through the API")}
+
+
 def _options() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    counts = {"events": (100_000, "events in the database in all"),
-              "profiles": (20, "the bench user's dashboard profiles"),
-              "summary_events": (5000, "events of the summary profile"),
-              "summary_rsvps": (50_000, "RSVPs on the summary profile's events"),
-              "rounds": (2, "A B C rounds"),
-              "requests": (200, "measured requests per kind and round"),
-              "warmup": (20, "warm-up requests per kind and round"),
-              "concurrency": (4, "clients while seeding through the API")}
-    for name, (default, text) in counts.items():
-        parser.add_argument(f"--{name}", type=int, default=default, help=f"{text} ({default})")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smaller run: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()))
-    parser.add_argument("--explain", action="store_true",
-                        help="print where the RSVP summary's time goes (SQL, Python)")
-    parser.add_argument("--keep", action="store_true", help="keep the data directory and log")
-    args = parser.parse_args()
+    args = harness.options(__doc__ or "", _COUNTS, {
+        "quick": "a smaller run: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()),
+        "explain": "print where the RSVP summary's time goes (SQL, Python)",
+    })
     if args.quick:
         for name, value in QUICK.items():
-            if getattr(args, name) == parser.get_default(name):
+            if getattr(args, name) == _COUNTS[name][0]:
                 setattr(args, name, value)
-    for name in counts:
-        if not 1 <= getattr(args, name) <= 1_000_000:
-            parser.error(f"--{name} must be 1..1000000")
     if not 1 <= args.profiles <= 20:
-        parser.error("--profiles must be 1..20 (one page of the organization's profiles)")
+        sys.exit("--profiles must be 1..20 (one page of the organization's profiles)")
     if args.summary_rsvps > args.summary_events * ATTENDEES:
-        parser.error(f"--summary_rsvps must be at most {ATTENDEES} per summary event")
+        sys.exit(f"--summary_rsvps must be at most {ATTENDEES} per summary event")
     return args
 
 

@@ -359,14 +359,18 @@ _COMMON_COUNTS = {
 
 
 def options(doc: str, counts: Mapping[str, tuple[int, str]] | None = None,
+            flags: Mapping[str, str] | None = None,
             **texts: tuple[str | None, str]) -> argparse.Namespace:
-    """The command line: the script's own `counts` (name: (default, help)) and `texts`
-    (string options, likewise), then --requests, --warmup, --concurrency and --keep;
-    every count must be 1 to MAX_COUNT."""
+    """The command line: the script's own `counts` (name: (default, help); its own
+    defaults of --requests, --warmup and --concurrency too), `flags` (name: help) and
+    `texts` (string options, as counts), then --keep; every count must be 1 to
+    MAX_COUNT."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    all_counts = {**(counts or {}), **_COMMON_COUNTS}
+    all_counts = {**_COMMON_COUNTS, **(counts or {})}
     for name, (default, text) in all_counts.items():
         parser.add_argument(f"--{name}", type=int, default=default, help=f"{text} ({default})")
+    for name, text in (flags or {}).items():
+        parser.add_argument(f"--{name}", action="store_true", help=text)
     for name, (text_default, text) in texts.items():
         parser.add_argument(f"--{name}", default=text_default, help=text)
     parser.add_argument("--keep", action="store_true", help="keep the data directory and log")
