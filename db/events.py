@@ -153,22 +153,14 @@ async def summary_one_off(db: Database, profile_id: str, start: datetime, end: d
             ), kept AS MATERIALIZED (
                 SELECT id, date_trunc($5, starts AT TIME ZONE $4)::date AS bucket
                 FROM e WHERE starts >= $2 AND starts < $3
-            ), events_per_bucket AS (
-                SELECT bucket, count(*) AS events FROM kept GROUP BY bucket
-            ), answers_per_bucket AS (
-                -- RSVPs counted by bucket straight away: no per-event groups, no DISTINCT
-                SELECT kept.bucket,
-                       count(*) FILTER (WHERE r.status = 'going') AS going,
-                       count(*) FILTER (WHERE r.status = 'maybe') AS maybe,
-                       count(*) FILTER (WHERE r.status = 'not_going') AS not_going,
-                       count(*) FILTER (WHERE r.status = 'waitlist') AS waitlist
-                FROM kept JOIN rsvps r ON r.event_id = kept.id
-                GROUP BY kept.bucket
             )
-            SELECT b.bucket, b.events, coalesce(a.going, 0) AS going,
-                   coalesce(a.maybe, 0) AS maybe, coalesce(a.not_going, 0) AS not_going,
-                   coalesce(a.waitlist, 0) AS waitlist
-            FROM events_per_bucket b LEFT JOIN answers_per_bucket a USING (bucket)
+            -- each event's counts are kept by the database (rsvp_counts, migration 0023)
+            SELECT kept.bucket, count(*) AS events,
+                   coalesce(sum(c.going), 0) AS going, coalesce(sum(c.maybe), 0) AS maybe,
+                   coalesce(sum(c.not_going), 0) AS not_going,
+                   coalesce(sum(c.waitlist), 0) AS waitlist
+            FROM kept LEFT JOIN rsvp_counts c ON c.event_id = kept.id
+            GROUP BY kept.bucket
             """,
             profile_id, start, end, tz, bucket,
         )
@@ -182,17 +174,14 @@ async def summary_recurring(db: Database, profile_id: str, end: datetime, limit:
         """
         SELECT e.id, e.start_time, e.end_time, e.start_timezone, e.end_timezone, e.is_all_day,
                e.start_date, e.end_date, e.recurrence_rule,
-               count(r.id) FILTER (WHERE r.status = 'going') AS going,
-               count(r.id) FILTER (WHERE r.status = 'maybe') AS maybe,
-               count(r.id) FILTER (WHERE r.status = 'not_going') AS not_going,
-               count(r.id) FILTER (WHERE r.status = 'waitlist') AS waitlist
+               coalesce(c.going, 0) AS going, coalesce(c.maybe, 0) AS maybe,
+               coalesce(c.not_going, 0) AS not_going, coalesce(c.waitlist, 0) AS waitlist
         FROM (
             SELECT * FROM events
             WHERE profile_id = $1 AND recurrence_rule IS NOT NULL AND start_time < $2
             ORDER BY start_time, id LIMIT $3
-        ) e LEFT JOIN rsvps r ON r.event_id = e.id
-        GROUP BY e.id, e.start_time, e.end_time, e.start_timezone, e.end_timezone, e.is_all_day,
-                 e.start_date, e.end_date, e.recurrence_rule
+        ) e LEFT JOIN rsvp_counts c ON c.event_id = e.id
+        ORDER BY e.start_time, e.id
         """,
         profile_id, end, limit,
     )
