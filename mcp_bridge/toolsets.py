@@ -4,12 +4,19 @@ A toolset is an operation's tag in lower case with `-` for spaces ("External
 calendars" is `external-calendars`). A request narrows the catalogue with the
 header `X-MCP-Toolsets: events,agenda` or the query `?toolsets=events,agenda`,
 and to read-only tools (`readOnlyHint`) with `X-MCP-Readonly: true` or
-`?readonly=true`. Each setting is read from its header when the request has
-that header, else from its query parameter: a header a client sets on purpose
-is not overridden by a URL it was handed. Names are trimmed and compared
-without case; unknown and empty ones are ignored, and a selection that names
-no known toolset narrows nothing. `true` and `1` (any case) ask for read-only;
-any other value does not.
+`?readonly=true`. Names are trimmed and compared without case; unknown and empty
+ones are ignored.
+
+A narrowing fails closed, whatever a proxy did to the headers on the way (one
+that merges repeated headers joins their values with commas): neither a header
+nor the URL can widen what the other narrowed.
+- Read-only when any value of `X-MCP-Readonly` (every header sent, each split at
+  commas) or of `readonly` is `true` or `1` (any case); any other value asks
+  for nothing.
+- Every `X-MCP-Toolsets` header and every `toolsets` parameter that names a known
+  toolset narrows: the selection is the intersection of what each names (which
+  may be empty: then no tool). One that names no known toolset narrows nothing,
+  leaving the others to decide; when none names one, every toolset.
 """
 
 from __future__ import annotations
@@ -63,13 +70,17 @@ def toolsets(operations: Iterable[Operation]) -> dict[str, tuple[Operation, ...]
 def requested(headers: MultiMapping[str], query: MultiMapping[str], known: Iterable[str]
               ) -> Selection:
     """The selection a request asks for, from its headers and query string."""
-    names = _setting(headers, TOOLSETS_HEADER, query, TOOLSETS_QUERY)
-    chosen = None
-    if names is not None:
-        asked = {n.strip().lower() for value in names for n in value.split(",")}
-        chosen = frozenset(asked & set(known)) or None
-    read_only = _setting(headers, READONLY_HEADER, query, READONLY_QUERY)
-    return Selection(chosen, read_only is not None and _is_true(read_only))
+    every = set(known)
+    chosen: frozenset[str] | None = None
+    for value in _values(headers, TOOLSETS_HEADER, query, TOOLSETS_QUERY):
+        named = frozenset(n.strip().lower() for n in value.split(",")) & every
+        if named:
+            chosen = named if chosen is None else chosen & named
+    read_only = any(
+        part.strip().lower() in _TRUE
+        for value in _values(headers, READONLY_HEADER, query, READONLY_QUERY)
+        for part in value.split(","))
+    return Selection(chosen, read_only)
 
 
 def by_header(headers: MultiMapping[str]) -> bool:
@@ -77,18 +88,10 @@ def by_header(headers: MultiMapping[str]) -> bool:
     return TOOLSETS_HEADER in headers or READONLY_HEADER in headers
 
 
-def _setting(headers: MultiMapping[str], header: str, query: MultiMapping[str], parameter: str
-             ) -> list[str] | None:
-    """Every value of the header if the request has it, else of the query parameter."""
-    if header in headers:
-        return list(headers.getall(header))
-    if parameter in query:
-        return list(query.getall(parameter))
-    return None
-
-
-def _is_true(values: list[str]) -> bool:
-    return len(values) == 1 and values[0].strip().lower() in _TRUE
+def _values(headers: MultiMapping[str], header: str, query: MultiMapping[str], parameter: str
+            ) -> list[str]:
+    """Every value of the header and of the query parameter, each as sent."""
+    return [*headers.getall(header, []), *query.getall(parameter, [])]
 
 
 def describe(every: Mapping[str, tuple[Operation, ...]], selection: Selection,
@@ -105,6 +108,7 @@ def describe(every: Mapping[str, tuple[Operation, ...]], selection: Selection,
     )
     if not selection.narrowed:
         return text + " Here, tools/list lists every tool."
-    chosen = ", ".join(n for n in every if selection.toolsets is None or n in selection.toolsets)
+    chosen = ", ".join(
+        n for n in every if selection.toolsets is None or n in selection.toolsets) or "none"
     kind = "read-only tools" if selection.read_only else "tools"
     return text + f" Here, tools/list lists the {listed} {kind} of: {chosen}."

@@ -75,19 +75,21 @@ def test_selection_rules() -> None:
     assert _requested() == Selection()
     assert _requested(query="toolsets=calendars,agenda") == Selection(both)
     assert _requested({"x-mcp-toolsets": " Calendars ,AGENDA,,nope "}) == Selection(both)
-    # Repeated, as HTTP lists may be.
-    assert _requested(query="toolsets=calendars&toolsets=agenda") == Selection(both)
+    # Repeated: the intersection of what each names (contract §8, fails closed).
+    assert _requested(query="toolsets=calendars,agenda&toolsets=agenda,events") == \
+        Selection(frozenset({"agenda"}))
     # Unknown names are ignored; a selection of nothing known narrows nothing.
     assert _requested(query="toolsets=nope,") == Selection()
     assert _requested({"X-MCP-Toolsets": ""}) == Selection()
-    # The header wins over the query, setting by setting.
-    assert _requested({"X-MCP-Toolsets": "events"}, "toolsets=agenda&readonly=true") == \
-        Selection(frozenset({"events"}), read_only=True)
-    assert _requested({"X-MCP-Readonly": "false"}, "readonly=true") == Selection()
-    for value in ("true", "TRUE", " 1 ", "True"):
+    # Neither the header nor the query widens what the other narrowed (contract §8:
+    # a narrowing fails closed; tests/test_mcp_narrowing.py has every form).
+    assert _requested({"X-MCP-Toolsets": "events,agenda"}, "toolsets=agenda&readonly=true") == \
+        Selection(frozenset({"agenda"}), read_only=True)
+    assert _requested({"X-MCP-Readonly": "false"}, "readonly=true") == Selection(read_only=True)
+    for value in ("true", "TRUE", " 1 ", "True", "true,true", "false, true"):
         assert _requested({"X-MCP-Readonly": value}).read_only, value
         assert _requested(query=f"readonly={value.strip()}").read_only, value
-    for value in ("false", "0", "", "yes", "on", "true,true"):
+    for value in ("false", "0", "", "yes", "on", "false,no"):
         assert not _requested({"X-MCP-Readonly": value}).read_only, value
 
 
@@ -469,11 +471,12 @@ async def test_no_selection_and_an_empty_one_list_everything(
             assert "tools/list lists every tool" in (client.instructions or "")
 
 
-async def test_the_header_wins_over_the_query(live_server: Any, user: Any) -> None:
-    url = live_server.url + "/mcp-developer?toolsets=agenda&readonly=true"
-    headers = {**user.headers, "X-MCP-Toolsets": "events", "X-MCP-Readonly": "0"}
+async def test_the_header_and_the_query_both_narrow(live_server: Any, user: Any) -> None:
+    url = live_server.url + "/mcp-developer?toolsets=agenda,calendars&readonly=true"
+    headers = {**user.headers, "X-MCP-Toolsets": "events,agenda", "X-MCP-Readonly": "0"}
     async with _session(url, headers) as client:
-        assert await _listed_names(client) == _names(Selection(frozenset({"events"})))
+        assert await _listed_names(client) == \
+            _names(Selection(frozenset({"agenda"}), read_only=True))
 
 
 @pytest.mark.parametrize(("mode", "version"), [("auto", MODERN), ("legacy", "2025-11-25")])
