@@ -108,8 +108,9 @@ def is_allowed_address(address: str, *, allow_loopback: bool = False) -> bool:
 
 def is_loopback_name(host: str) -> bool:
     """`localhost` or a name under it (RFC 6761: loopback by definition), in any
-    case, with or without the trailing dot."""
-    name = host.lower().removesuffix(".")
+    case, with any number of trailing dots (`localhost..` is still read as
+    `localhost` by some resolvers)."""
+    name = host.lower().rstrip(".")
     return name == "localhost" or name.endswith(".localhost")
 
 
@@ -125,11 +126,9 @@ def _is_ipv4_spelling(host: str) -> bool:
     """Whether some reader takes `host` for an IPv4 address: a URL parser does
     when its last label is a number (WHATWG URL: decimal, or hex with `0x`, one
     trailing dot ignored), and a resolver (inet_aton) reads octal, hex and
-    shortened forms such as `127.1` or `0x7f.1`."""
-    labels = host.split(".")
-    if len(labels) > 1 and labels[-1] == "":
-        labels.pop()
-    last = labels[-1].lower()
+    shortened forms such as `127.1` or `0x7f.1`. Any number of trailing dots is
+    read past: `127.0.0.1..` is no name to resolve, and counts as a literal."""
+    last = host.rstrip(".").split(".")[-1].lower()
     if last.isascii() and (last.isdigit() or (
             last.startswith("0x") and set(last[2:]) <= _HEX_DIGITS)):
         return True

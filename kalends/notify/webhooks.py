@@ -21,6 +21,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit
 
 import asyncpg
 import orjson
@@ -84,8 +85,13 @@ def check_url(url: str, *, allow_http: bool) -> None:
     """What delivery will accept (kalends/outbound.py): https, or http to a
     loopback host when the operator allows it. An IP address, in whatever
     spelling a URL parser or a resolver reads as one, must be public and written
-    as usual; `localhost` and names under it are loopback by definition. Every
-    name is checked again, resolved, at each delivery."""
+    as usual; `localhost` and names under it are loopback by definition, with
+    any number of trailing dots. Every name is checked again, resolved, at each
+    delivery. No userinfo (`https://user:pw@host/`): credentials belong in the
+    signature, and the stored URL is shown back in full."""
+    if _has_userinfo(url):
+        raise _bad_url(url, "must not carry credentials (user:password@): receivers "
+                       "check the webhook-signature header instead")
     try:
         target = outbound.check_url(url, allow_http=allow_http)
     except OutboundError:
@@ -93,6 +99,15 @@ def check_url(url: str, *, allow_http: bool) -> None:
             " (http only to a loopback host)" if allow_http else "")) from None
     if outbound.is_refused_host(target.raw_host or "", allow_loopback=allow_http):
         raise _bad_url(url, "must not point to a private, loopback or link-local address")
+
+
+def _has_userinfo(url: str) -> bool:
+    """Whether the URL's authority has a userinfo part, even an empty one (`@host`)."""
+    try:
+        authority = urlsplit(url.strip()).netloc
+    except ValueError:
+        return False  # not a URL at all: outbound.check_url says so
+    return "@" in authority
 
 
 def _bad_url(url: str, why: str) -> ApiError:
