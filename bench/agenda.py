@@ -183,13 +183,14 @@ async def _floor(calendar_id: str, rounds: int = 50) -> list[str]:
             w = agenda.window(ZoneInfo("UTC"), None, 31)
             query = (db, user_id, [calendar_id], w.start, w.end, w.first_day, w.end_date)
             explained: Any = _Explained(db)
+            read = {"limit": agenda.READ_ROWS}
             executions, fetches, merges = [], [], []
             rows: list[Any] = []
             for _ in range(rounds):
-                await store.events(explained, *query[1:])
+                await store.events(explained, *query[1:], **read)
                 executions.append(explained.plan["Execution Time"] / 1000)
                 started = time.perf_counter()
-                rows = await store.events(*query)
+                rows = await store.events(*query, **read)
                 fetches.append(time.perf_counter() - started)
                 started = time.perf_counter()
                 items, _, _ = agenda.merge(rows, w)

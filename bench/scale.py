@@ -349,7 +349,7 @@ async def trim_to_window(dsn: str) -> str:
         calendars = [r["id"] for r in await store.calendars(db, user["id"], None, None)
                      if r["provider"] == agenda.PROVIDER]
         read = await store.events(db, user["id"], calendars, w.start, w.end, w.first_day,
-                                  w.end_date)
+                                  w.end_date, limit=agenda.READ_ROWS)
         needed = [r["id"] for r in read if agenda.spans(r, w) != ([], None)]
         held = await db.fetchval(
             "SELECT count(*) FROM calendar_events WHERE calendar_id = ANY($1::text[])",

@@ -28,13 +28,16 @@ _CALENDARS = """
     """
 
 
-def _kinds(columns: str, first: int) -> str:
+def _kinds(columns: str, first: int, ids: str | None = None) -> str:
     """`events`' rows with `columns`: calendar ids, start, end, first day and end day
-    are parameters `first` to `first` + 4."""
-    ids, start, end, first_day, end_day = (f"${first + k}" for k in range(5))
+    are parameters `first` to `first` + 4 (the ids, an expression `ids` instead
+    when given; the others are then `first` to `first` + 3)."""
+    if ids is None:
+        ids, first = f"${first}::text[]", first + 1
+    start, end, first_day, end_day = (f"${first + k}" for k in range(4))
     chosen = f"""
         SELECT ce.id, ce.calendar_id, {columns}
-        FROM calendar_events ce WHERE ce.calendar_id = ANY({ids}::text[])
+        FROM calendar_events ce WHERE ce.calendar_id = ANY({ids})
           AND ce.status <> 'cancelled'"""
     return f"""
         {chosen}
@@ -80,30 +83,25 @@ async def default_calendars(db: Database, user_ids: Sequence[str]) -> list[async
 
 async def events(
     db: Database, viewer_id: str, calendar_ids: Sequence[str], start: datetime, end: datetime,
-    first_day: date, end_day: date, *, brief: bool = False,
+    first_day: date, end_day: date, *, limit: int,
 ) -> list[asyncpg.Record]:
     """Events of `calendar_ids` that are not cancelled and may meet the window: timed
     ones overlapping [start, end) (a point inside it), all-day ones whose dates meet
     [first_day, end_day), and recurring ones that begin before the window ends and
-    whose `recurrence_end` is not before it starts.
+    whose `recurrence_end` is not before it starts; at most `limit` of them (which
+    ones, when there are more, is not said: the caller reports the answer
+    incomplete).
 
     A synced copy carries its source profile's handle and name, and whether the
-    viewer may see that profile (db/visibility.py).
-
-    `brief`: only what places the rows in time (free/busy's need): `id`,
-    `calendar_id`, the time columns, `recurrence_rule`, `transparency` and
-    `source_event_id`; no text and no profile (`viewer_id` is then not used)."""
+    viewer may see that profile (db/visibility.py)."""
     # Three kinds, three index ranges, each by where its rows end, so the past is
     # not read: recurring events whose last occurrence ends at or after the window
     # starts (0017's calendar_events_recurring_end; an end not known yet counts as
     # never) and that begin before it ends, then one-off timed and all-day ones that
     # end after it starts and begin before it ends (0009's indexes).
-    if brief:
-        return await db.fetch(_kinds(_BRIEF, 1), list(calendar_ids), start, end, first_day,
-                              end_day)
     return await db.fetch(
         f"""
-        WITH ev AS ({_kinds(_FULL, 2)}),
+        WITH ev AS (SELECT * FROM ({_kinds(_FULL, 2)}) k LIMIT $7),
         src AS (
             SELECT DISTINCT source_profile_id AS profile_id
             FROM ev WHERE source_profile_id IS NOT NULL
@@ -118,5 +116,28 @@ async def events(
                coalesce(prof.profile_visible, false) AS profile_visible
         FROM ev LEFT JOIN prof ON prof.id = ev.source_profile_id
         """,
-        viewer_id, list(calendar_ids), start, end, first_day, end_day,
+        viewer_id, list(calendar_ids), start, end, first_day, end_day, limit,
+    )
+
+
+async def brief_events(
+    db: Database, owners: Sequence[tuple[str, str]], start: datetime, end: datetime,
+    first_day: date, end_day: date, *, limit: int,
+) -> list[asyncpg.Record]:
+    """`events` of the calendars `owners` names ((calendar id, its user's id) pairs),
+    with only what places the rows in time (free/busy's need): `id`, `calendar_id`,
+    the time columns, `recurrence_rule`, `transparency` and `source_event_id`, no
+    text and no profile; at most `limit` rows per user, read user by user."""
+    return await db.fetch(
+        f"""
+        WITH mine AS (
+            SELECT o.user_id, array_agg(o.calendar_id) AS calendars
+            FROM unnest($1::text[], $2::text[]) AS o(calendar_id, user_id)
+            GROUP BY o.user_id
+        )
+        SELECT k.* FROM mine CROSS JOIN LATERAL (
+            SELECT * FROM ({_kinds(_BRIEF, 3, 'mine.calendars')}) kinds LIMIT $7
+        ) k
+        """,
+        [c for c, _ in owners], [u for _, u in owners], start, end, first_day, end_day, limit,
     )

@@ -36,32 +36,38 @@ async def visible_people(db: Database, viewer_id: str, emails: Sequence[str]
 
 async def answered_events(
     db: Database, user_ids: Sequence[str], start: datetime, end: datetime, first_day: date,
-    end_day: date,
+    end_day: date, *, limit: int,
 ) -> list[asyncpg.Record]:
-    """The opaque, not cancelled events that `user_ids` answered `going` or `maybe`
-    (their own answer: no attendee address, or their own), that each of them may
-    see, and that may meet the window, chosen as db/agenda.py's `events` chooses
-    calendar events. Rows carry the event's time columns, `user_id` and the answer
-    (`rsvp_status`)."""
+    """The events that `user_ids` answered (their own answer: no attendee address,
+    or their own), that each of them may see, and that may meet the window, chosen
+    as db/agenda.py's `events` chooses calendar events: those answered `going` or
+    `maybe` when opaque and not cancelled, and those answered `not_going` (which
+    free their subscription copies). Rows carry the event's time columns,
+    `user_id` and the answer (`rsvp_status`); at most `limit` per user."""
     return await db.fetch(
         f"""
-        SELECT r.user_id, r.status AS rsvp_status, e.id, e.start_time, e.end_time,
-               e.start_timezone, e.end_timezone, e.is_all_day, e.start_date, e.end_date,
-               e.recurrence_rule, e.transparency
-        FROM rsvps r
-        JOIN users u ON u.id = r.user_id
-        JOIN events e ON e.id = r.event_id
-        {visibility.join_profile('e', 'r.user_id')}
-        WHERE r.user_id = ANY($1::text[]) AND r.status IN ('going', 'maybe')
-          AND (r.attendee_email IS NULL OR r.attendee_email::citext = u.email)
-          AND e.status <> 'cancelled' AND e.transparency = 'opaque'
-          AND {visibility.visible('e', 'r.user_id')}
-          AND CASE
-                WHEN e.recurrence_rule IS NOT NULL
-                  THEN CASE WHEN e.is_all_day THEN e.start_date < $5 ELSE e.start_time < $3 END
-                WHEN e.is_all_day THEN e.end_date > $4 AND e.start_date < $5
-                ELSE e.start_time < $3 AND coalesce(e.end_time > $2, e.start_time >= $2)
-              END
+        SELECT a.* FROM unnest($1::text[]) AS who(user_id) CROSS JOIN LATERAL (
+            SELECT r.user_id, r.status AS rsvp_status, e.id, e.start_time, e.end_time,
+                   e.start_timezone, e.end_timezone, e.is_all_day, e.start_date, e.end_date,
+                   e.recurrence_rule, e.transparency
+            FROM rsvps r
+            JOIN users u ON u.id = r.user_id
+            JOIN events e ON e.id = r.event_id
+            {visibility.join_profile('e', 'r.user_id')}
+            WHERE r.user_id = who.user_id
+              AND (r.attendee_email IS NULL OR r.attendee_email::citext = u.email)
+              AND (r.status = 'not_going' OR r.status IN ('going', 'maybe')
+                   AND e.status <> 'cancelled' AND e.transparency = 'opaque')
+              AND {visibility.visible('e', 'r.user_id')}
+              AND CASE
+                    WHEN e.recurrence_rule IS NOT NULL
+                      THEN CASE WHEN e.is_all_day THEN e.start_date < $5
+                                ELSE e.start_time < $3 END
+                    WHEN e.is_all_day THEN e.end_date > $4 AND e.start_date < $5
+                    ELSE e.start_time < $3 AND coalesce(e.end_time > $2, e.start_time >= $2)
+                  END
+            LIMIT $6
+        ) a
         """,
-        list(user_ids), start, end, first_day, end_day,
+        list(user_ids), start, end, first_day, end_day, limit,
     )

@@ -35,7 +35,8 @@ class FreeBusyPerson:
     )
     error: str | None = strawberry.field(
         description="not_visible for someone who shares no organization with the caller, or "
-        "no user at all (the two are not told apart); busy is then empty."
+        "no user at all (the two are not told apart); expansion_limit for someone whose "
+        "occurrences in the window pass the work bound (10,000); busy is then empty."
     )
 
 
@@ -72,7 +73,8 @@ class MeetingSlot:
 class MeetingTimes:
     data: list[MeetingSlot]
     unavailable: list[str] = strawberry.field(
-        description="Addresses answered not_visible: their time was not taken into account."
+        description="Addresses whose free/busy has an error (not_visible, expansion_limit): "
+        "their time was not taken into account."
     )
     time_zone: str = strawberry.field(description="The zone of the working hours.")
     warnings: list[AgendaWarning] = strawberry.field(

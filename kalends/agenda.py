@@ -12,6 +12,7 @@ occurrence_id) and capped at `MAX_ITEMS`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ from kalends.errors import ApiError
 log = logging.getLogger("kalends.agenda")
 
 MAX_ITEMS = 500
+READ_ROWS = recurrence.MAX_OCCURRENCES + 1
+"""Rows an agenda (or one person of free/busy) reads at most: each row costs at least
+one occurrence of the budget, so one more than it has says that more were there."""
 DEFAULT_DAYS = 7
 MAX_DAYS = 31
 DAYS_BACK = 30
@@ -218,10 +222,13 @@ async def build(
     personal = [s.calendar_id for s in sources if s.provider == PROVIDER]
     external = [s.calendar_id for s in sources if s.provider != PROVIDER]
     found = await store.events(db, viewer.user_id, personal, w.start, w.end, w.first_day,
-                               w.end_date) if personal else []
+                               w.end_date, limit=READ_ROWS) if personal else []
     connected = await connected_store.agenda_events(db, external, w.start, w.end) \
         if external else []
-    items, complete, reason = merge(found, w, connected)
+    # Expansion is CPU work (bounded by the budget): beside the event loop, so that
+    # no other request waits for it.
+    items, complete, reason = await asyncio.to_thread(
+        merge, found[:READ_ROWS - 1], w, connected, more_rows=len(found) >= READ_ROWS)
     return Agenda(w, items, complete, reason, sources, warnings)
 
 
@@ -244,19 +251,27 @@ made, and it is made into an `Item`, only if it may be kept."""
 
 
 def merge(rows: Sequence[asyncpg.Record], w: Window,
-          connected: Sequence[asyncpg.Record] = ()) -> tuple[list[Item], bool, Reason | None]:
+          connected: Sequence[asyncpg.Record] = (), *, more_rows: bool = False
+          ) -> tuple[list[Item], bool, Reason | None]:
     """Every occurrence of `rows` (personal and subscription events) and of
     `connected` (stored provider components) that meets the window, sorted, at
     most MAX_ITEMS. A connected event that is a copy of a Kalends event shown
-    here is left out."""
+    here is left out. The expansion is bounded by one `recurrence.Budget` for
+    the whole request; once it is spent (or when `more_rows` says the read was
+    cut), the answer is `expansion_limit`."""
     slots: list[_Slot] = []
-    cut = short = False
+    cut = False
+    short = more_rows
+    budget = recurrence.Budget()
     for row in rows:
-        found, reason = _slots(row, w)
+        found, reason = _slots(row, w, budget)
         slots += found
         if reason is not None:
             cut = cut or reason == "max_items"
             short = short or reason == "expansion_limit"
+        if budget.exhausted:
+            short = True
+            break
     shown = {r["source_event_id"] for r in rows if r["source_event_id"] is not None}
     bounds = occurrences.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
     external, reason = occurrences.expand(connected, bounds, MAX_ITEMS, shown)
@@ -315,20 +330,26 @@ class Span(NamedTuple):
     end_date: date | None
 
 
-def spans(row: asyncpg.Record, w: Window) -> tuple[list[Span], Reason | None]:
+def spans(row: asyncpg.Record, w: Window, budget: recurrence.Budget | None = None,
+          limit: int = MAX_ITEMS + 1) -> tuple[list[Span], Reason | None]:
     """The occurrences of calendar event `row` that meet `w`, as the agenda finds
     them (the same expansion and bounds), in order, without occurrence IDs; a row
-    that no longer expands is logged and left out ("expansion_limit")."""
-    found, reason = _slots(row, w)
+    that no longer expands is logged and left out ("expansion_limit"). With a
+    `budget`, each occurrence (a one-off row's one) and the walk are charged to it;
+    past it, the row's answer is "expansion_limit". At most `limit` occurrences."""
+    found, reason = _slots(row, w, budget, limit)
     return [Span(s[0], s[1], s[2], s[3]) for s in found], reason
 
 
-def _slots(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
+def _slots(row: asyncpg.Record, w: Window, budget: recurrence.Budget | None = None,
+           limit: int = MAX_ITEMS + 1) -> tuple[list[_Slot], Reason | None]:
     """`spans` of `row`, each as a slot of `row`."""
     try:
+        if row["recurrence_rule"] is None and budget is not None and not budget.spend(1):
+            return [], "expansion_limit"
         if row["is_all_day"]:
-            return _all_day(row, times.of_row(row), w)
-        return _timed(row, w)
+            return _all_day(row, times.of_row(row), w, budget, limit)
+        return _timed(row, w, budget, limit)
     except ApiError as exc:
         # Rules are checked when written; one that no longer expands must not take
         # the whole agenda down.
@@ -337,7 +358,8 @@ def _slots(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
         return [], "expansion_limit"
 
 
-def _timed(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
+def _timed(row: asyncpg.Record, w: Window, budget: recurrence.Budget | None,
+           limit: int) -> tuple[list[_Slot], Reason | None]:
     start_time, end_time = row["start_time"], row["end_time"]
     rule = row["recurrence_rule"]
     window_start, window_end = w.start, w.end
@@ -353,7 +375,7 @@ def _timed(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
     # Started before the window but still running in it: look back one length.
     expansion = recurrence.occurrences(
         rule, t.local_start, times.zone(t.start_timezone, param="start_timezone"),
-        window_start - (length or timedelta()), window_end, limit=MAX_ITEMS + 1,
+        window_start - (length or timedelta()), window_end, limit=limit, budget=budget,
     )
     found: list[_Slot] = []
     if length is None:
@@ -370,8 +392,8 @@ def _timed(row: asyncpg.Record, w: Window) -> tuple[list[_Slot], Reason | None]:
     return found, expansion.incomplete_reason
 
 
-def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
-             ) -> tuple[list[_Slot], Reason | None]:
+def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window,
+             budget: recurrence.Budget | None, limit: int) -> tuple[list[_Slot], Reason | None]:
     assert t.start_date is not None and t.end_date is not None  # all-day rows have both
     length = t.end_date - t.start_date
     rule = row["recurrence_rule"]
@@ -384,7 +406,7 @@ def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window
         expansion = recurrence.occurrences(
             rule, datetime.combine(t.start_date, time()), tz,
             times.local_midnight(w.first_day - length + timedelta(days=1), tz),
-            times.local_midnight(w.end_date, tz), limit=MAX_ITEMS + 1,
+            times.local_midnight(w.end_date, tz), limit=limit, budget=budget,
         )
         days = list(dict.fromkeys(o.original_local.date() for o in expansion.items))
         reason = expansion.incomplete_reason

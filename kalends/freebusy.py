@@ -36,7 +36,7 @@ from db import agenda as agenda_store
 from db import connected as connected_store
 from db import freebusy as store
 from db.database import Database
-from kalends import agenda, times
+from kalends import agenda, recurrence, times
 from kalends.auth import Viewer
 from kalends.connected import components, occurrences, sync_state
 from kalends.errors import ApiError
@@ -57,6 +57,7 @@ DEFAULT_STEP: Step = 30
 WEEKDAYS: tuple[Weekday, ...] = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 WORKING_DAYS: tuple[Weekday, ...] = WEEKDAYS[:5]
 NOT_VISIBLE: Literal["not_visible"] = "not_visible"
+EXPANSION_LIMIT: Literal["expansion_limit"] = "expansion_limit"
 Reason = Literal["max_items", "expansion_limit"]
 
 # The accounts' rule for an address (kalends.accounts), without commas: the
@@ -87,7 +88,7 @@ class Interval(NamedTuple):
 class Person:
     email: str
     busy: list[Interval]
-    error: Literal["not_visible"] | None
+    error: Literal["not_visible", "expansion_limit"] | None
 
 
 @dataclass(frozen=True)
@@ -381,13 +382,14 @@ async def _read(
     personal = [r["id"] for r in rows if r["provider"] == agenda.PROVIDER]
     external = [r["id"] for r in rows if r["provider"] != agenda.PROVIDER]
     owner = {r["id"]: by_user[r["user_id"]] for r in rows}
-    # Independent reads, on connections of their own.
+    # Independent reads, on connections of their own; each bounded per person.
     items, connected, answered = await asyncio.gather(
-        agenda_store.events(db, viewer.user_id, personal, start, end, first_day, end_day,
-                            brief=True)
+        agenda_store.brief_events(db, [(c, owner[c].user_id) for c in personal], start, end,
+                                  first_day, end_day, limit=agenda.READ_ROWS)
         if personal else _nothing(),
         connected_store.agenda_events(db, external, start, end) if external else _nothing(),
-        store.answered_events(db, list(by_user), start, end, first_day, end_day),
+        store.answered_events(db, list(by_user), start, end, first_day, end_day,
+                              limit=agenda.READ_ROWS),
     )
 
     own_rows: dict[str, list[asyncpg.Record]] = {s.user_id: [] for s in everyone}
@@ -400,20 +402,47 @@ async def _read(
     for row in answered:
         own_answers[row["user_id"]].append(row)
 
-    busy: dict[str, list[Interval]] = {}
-    reason: Reason | None = None
-    for someone in everyone:
-        w = agenda.Window(first_day, end_day, someone.tz, start, end)
-        spans, why = _spans(own_rows[someone.user_id], own_connected[someone.user_id],
-                            own_answers[someone.user_id], w)
-        busy[someone.user_id] = merge(spans, start, end)
-        reason = _worse(reason, why)
-    people = [Person(viewer.email, busy[viewer.user_id], None)]
+    # Expansion is CPU work (bounded per person): beside the event loop.
+    busy, reason = await asyncio.to_thread(
+        _everyones_busy, everyone, own_rows, own_connected, own_answers,
+        first_day, end_day, start, end)
+    people = [_person(viewer.email, busy[viewer.user_id])]
     for email in asked:
         user_id = user_of.get(email)
         people.append(Person(email, [], NOT_VISIBLE) if user_id is None
-                      else Person(email, busy[user_id], None))
+                      else _person(email, busy[user_id]))
     return people, sources, warnings, reason
+
+
+def _person(email: str, busy: list[Interval] | None) -> Person:
+    # None: the person's time passed the work bound (contract §13).
+    return Person(email, [], EXPANSION_LIMIT) if busy is None else Person(email, busy, None)
+
+
+def _everyones_busy(
+    everyone: Sequence[_Someone], own_rows: dict[str, list[asyncpg.Record]],
+    own_connected: dict[str, list[asyncpg.Record]], own_answers: dict[str, list[asyncpg.Record]],
+    first_day: date, end_day: date, start: datetime, end: datetime,
+) -> tuple[dict[str, list[Interval] | None], Reason | None]:
+    """Each person's merged intervals, None for one whose occurrences passed the
+    work bound (rows read or the expansion budget), each person on a budget of
+    their own."""
+    busy: dict[str, list[Interval] | None] = {}
+    reason: Reason | None = None
+    for someone in everyone:
+        rows, answers = own_rows[someone.user_id], own_answers[someone.user_id]
+        if len(rows) >= agenda.READ_ROWS or len(answers) >= agenda.READ_ROWS:
+            busy[someone.user_id], reason = None, "expansion_limit"
+            continue
+        w = agenda.Window(first_day, end_day, someone.tz, start, end)
+        budget = recurrence.Budget()
+        spans, why = _spans(rows, own_connected[someone.user_id], answers, w, budget)
+        if budget.exhausted:
+            busy[someone.user_id], reason = None, "expansion_limit"
+            continue
+        busy[someone.user_id] = merge(spans, start, end)
+        reason = _worse(reason, why)
+    return busy, reason
 
 
 async def _nothing() -> list[asyncpg.Record]:
@@ -449,16 +478,22 @@ def _sources(rows: list[asyncpg.Record], sync_interval: timedelta
 
 
 def _spans(rows: Sequence[asyncpg.Record], connected: Sequence[asyncpg.Record],
-           answered: Sequence[asyncpg.Record], w: agenda.Window
+           answered: Sequence[asyncpg.Record], w: agenda.Window, budget: recurrence.Budget
            ) -> tuple[list[tuple[datetime, datetime, Status]], Reason | None]:
     """One person's occurrences that take time, before merging: the agenda's own
     expansion of their calendar events and connected components, and of the events
-    they answered."""
+    they answered; a subscription copy of an event they declined takes none. Stops
+    once `budget` is spent."""
     spans: list[tuple[datetime, datetime, Status]] = []
     reason: Reason | None = None
+    declined = {r["id"] for r in answered if r["rsvp_status"] == "not_going"}
     for row in (*rows, *answered):
-        if row["transparency"] != "opaque":
+        if budget.exhausted:
+            return spans, "expansion_limit"
+        if row["transparency"] != "opaque" or row.get("rsvp_status") == "not_going":
             continue  # takes no time, whatever its occurrences
+        if row.get("source_event_id") in declined:
+            continue  # a copy of an event they answered not_going
         status: Status = "tentative" if row.get("rsvp_status") == "maybe" else "busy"
         all_day = row["is_all_day"]
         zone = components.zone_of(row["start_timezone"]) if all_day else None
@@ -468,6 +503,7 @@ def _spans(rows: Sequence[asyncpg.Record], connected: Sequence[asyncpg.Record],
             continue
         if row["recurrence_rule"] is None:
             # Nothing to expand (the agenda takes the stored span as it is too).
+            budget.spend(1)
             if zone is not None:
                 spans.append((_midnight(row["start_date"], zone),
                               _midnight(row["end_date"], zone), status))
@@ -476,7 +512,7 @@ def _spans(rows: Sequence[asyncpg.Record], connected: Sequence[asyncpg.Record],
             continue
         # The agenda's own expansion, bounded as it bounds it; a row it cannot expand
         # is logged there and reported here as incomplete.
-        found, why = agenda.spans(row, w)
+        found, why = agenda.spans(row, w, budget, limit=agenda.READ_ROWS)
         reason = _worse(reason, why)
         if zone is not None:
             for span in found:

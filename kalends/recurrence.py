@@ -163,6 +163,36 @@ class Expansion:
     items: list[Occurrence]
     complete: bool
     incomplete_reason: Literal["max_items", "expansion_limit"] | None
+    work: float = 0.0
+    """The work units the walk spent (also when the expansion was remembered)."""
+
+
+MAX_OCCURRENCES = 10_000
+"""Occurrences one request may expand (per person for free/busy; contract §13)."""
+REQUEST_WORK = 150_000
+"""Work units one request may spend walking rules (per person for free/busy): about
+0.15 s of dateutil on the bench machine, whatever the rules and however many rows."""
+
+
+@dataclass
+class Budget:
+    """What one request (or one person of a free/busy request) may still spend on
+    expansion: occurrences (a one-off row is one) and work units of the metered
+    walk. Shared by every row the request expands, so that the work is bounded per
+    request and not only per row: once spent, `exhausted` is set and the request
+    answers `expansion_limit`."""
+
+    occurrences: int = MAX_OCCURRENCES
+    work: float = REQUEST_WORK
+    exhausted: bool = False
+
+    def spend(self, occurrences: int, work: float = 0.0) -> bool:
+        """Charge `occurrences` and `work`; False (and `exhausted`) once past either."""
+        self.occurrences -= occurrences
+        self.work -= work
+        if self.occurrences < 0 or self.work < 0:
+            self.exhausted = True
+        return not self.exhausted
 
 
 def check(
@@ -229,23 +259,41 @@ def occurrences(
     window_end: datetime,
     *,
     limit: int,
+    budget: Budget | None = None,
 ) -> Expansion:
     """The occurrences of a checked rule whose start instant lies in
     [window_start, window_end), in chronological order: at most `limit` of them, and
-    no more work than `EXPANSION_WORK`. Each call gets a list of its own."""
-    key = (rule, start_local, tz, window_start, window_end, limit)
+    no more work than `EXPANSION_WORK`. Each call gets a list of its own.
+
+    With a `budget`, also no more occurrences or work than it has left, and both
+    are charged to it (a remembered expansion costs what its walk cost, so that an
+    answer does not depend on what was remembered); an expansion cut by the
+    budget is `expansion_limit` and leaves the budget exhausted."""
+    cap, allowance = limit, float(EXPANSION_WORK)
+    if budget is not None:
+        cap = max(min(limit, budget.occurrences), 0)
+        allowance = max(min(allowance, budget.work), 0.0)
+    key = (rule, start_local, tz, window_start, window_end, cap)
     found = _EXPANSIONS.get(key)
-    if found is None:
-        found = _expand(rule, start_local, tz, window_start, window_end, limit)
-        if len(found.items) <= _REMEMBERED_ITEMS:
+    if found is None or found.work > allowance:
+        found = _expand(rule, start_local, tz, window_start, window_end, cap, allowance)
+        if len(found.items) <= _REMEMBERED_ITEMS and allowance == EXPANSION_WORK:
             if len(_EXPANSIONS) >= _REMEMBERED_EXPANSIONS:
                 _EXPANSIONS.clear()
             _EXPANSIONS[key] = found
-    return Expansion(list(found.items), found.complete, found.incomplete_reason)
+    reason = found.incomplete_reason
+    if budget is not None:
+        budget.spend(len(found.items), found.work)
+        cut_by_budget = (reason == "max_items" and cap < limit) or (
+            reason == "expansion_limit" and allowance < EXPANSION_WORK)
+        if cut_by_budget:
+            budget.exhausted = True
+            reason = "expansion_limit"
+    return Expansion(list(found.items), reason is None, reason, found.work)
 
 
 def _expand(rule: str, start_local: datetime, tz: ZoneInfo, window_start: datetime,
-            window_end: datetime, limit: int) -> Expansion:
+            window_end: datetime, limit: int, allowance: float = EXPANSION_WORK) -> Expansion:
     parsed = _parse_or_raise(rule, "recurrence_rule")
     _need_naive(start_local)
     if window_start.utcoffset() is None or window_end.utcoffset() is None:
@@ -262,7 +310,7 @@ def _expand(rule: str, start_local: datetime, tz: ZoneInfo, window_start: dateti
     if wall_hi <= start_local:
         return Expansion(items, True, None)
     until_wall, until_instant = _until_bounds(parsed)
-    meter = _Meter(EXPANSION_WORK)
+    meter = _Meter(allowance)
     reason: Literal["max_items", "expansion_limit"] | None = None
     try:
         for wall in _walls(parsed, start_local, wall_lo, until_wall, meter):
@@ -290,7 +338,7 @@ def _expand(rule: str, start_local: datetime, tz: ZoneInfo, window_start: dateti
     # Wall order is chronological except around a DST gap, where a skipped wall time
     # lands after the gap.
     items.sort(key=lambda o: (o.start, o.original_local))
-    return Expansion(items[:limit], reason is None, reason)
+    return Expansion(items[:limit], reason is None, reason, allowance - max(meter.left, 0.0))
 
 
 def last_occurrence(rule: str, start_local: datetime, tz: ZoneInfo) -> Occurrence | None:

@@ -164,7 +164,7 @@ async def agenda_occurrences(db: Database, email: str, calendar_id: str,
                       window.end)
     user_id = await db.fetchval("SELECT id FROM users WHERE email = $1", email)
     rows = await agenda_store.events(db, user_id, [calendar_id], w.start, w.end,
-                                     w.first_day, w.end_date)
+                                     w.first_day, w.end_date, limit=agenda.READ_ROWS)
     items, complete, _ = agenda.merge(rows, w)
     found: dict[str, list[Occurrence]] = {}
     for item in items:

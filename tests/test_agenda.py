@@ -799,7 +799,7 @@ def test_the_agenda_does_not_read_the_past(live_server: Any) -> None:
     start = now - timedelta(minutes=1)
     live_server.call(store.events(explained, user_id, [user.calendar_id], start,
                                   start + timedelta(days=7), start.date(),
-                                  start.date() + timedelta(days=7)))
+                                  start.date() + timedelta(days=7), limit=10_001))
     # The three current items, not the 730 past ones.
     assert _rows_read(explained.plan[0]["Plan"], "calendar_events") <= 3
 
@@ -989,7 +989,7 @@ def test_the_agenda_reads_only_recurring_rows_that_reach_the_window(live_server:
         explained = _Explained(db)
         live_server.call(store.events(explained, user_id, [user.calendar_id], start,
                                       start + timedelta(days=31), start.date(),
-                                      start.date() + timedelta(days=31)))
+                                      start.date() + timedelta(days=31), limit=domain.READ_ROWS))
         return _rows_read(explained.plan[0]["Plan"], "calendar_events")
 
     # Ends not known yet: every series is read, as if none had ended.
@@ -1003,7 +1003,8 @@ def test_the_agenda_reads_only_recurring_rows_that_reach_the_window(live_server:
     assert rows_read() <= 3
     found = live_server.call(store.events(db, user_id, [user.calendar_id], start,
                                           start + timedelta(days=31), start.date(),
-                                          start.date() + timedelta(days=31)))
+                                          start.date() + timedelta(days=31),
+                                          limit=domain.READ_ROWS))
     assert sorted(r["recurrence_rule"][:17] for r in found) == \
         ["FREQ=DAILY", "FREQ=DAILY;COUNT=", "FREQ=WEEKLY;UNTIL"]
 

@@ -539,12 +539,13 @@ async def test_expansion_bounded_as_the_agenda_bounds_it_is_said(
     caller = await make_user()
     day = today() + timedelta(days=6)
     at = midnight(day)
-    # More than 500 occurrences of one item in the window: the agenda's cap per item.
+    # More than the agenda's 500 items of one event in the window: free/busy takes all
+    # of them (its bound is 10,000 occurrences a person, not the agenda's page).
     await cal_event(api, caller, recurrence_rule="FREQ=HOURLY;INTERVAL=2",
                     **timed(at, at + timedelta(minutes=30)))
     body = await free_busy(api, caller, start=z(at), end=z(at + timedelta(days=50)))
-    assert (body["complete"], body["incomplete_reason"]) == (False, "max_items")
-    assert len(body["people"][0]["busy"]) == 501
+    assert (body["complete"], body["incomplete_reason"]) == (True, None)
+    assert len(body["people"][0]["busy"]) == 600
     # A stored rule that no longer expands is left out, and said (it outranks the cut).
     broken = await cal_event(api, caller, recurrence_rule="FREQ=DAILY",
                              **timed(at + timedelta(hours=1), at + timedelta(hours=2)))
@@ -978,3 +979,97 @@ def test_the_rules_of_merging() -> None:
         (h(3), h(4), "tentative"), (h(4), h(4.5), "busy"), (h(4.5), h(5), "tentative"),
         (h(6), h(8), "tentative"), (h(23), h(24), "tentative"),
     ]
+
+
+# ---------------------------------------------------------------------------
+# Work bounded per person, and declines that free (contract §13)
+
+
+async def test_a_flood_of_occurrences_is_expansion_limit_for_that_person_alone(
+    api: Api, live_server: LiveServer, make_user: Any,
+) -> None:
+    caller, colleague = await make_user(), await make_user()
+    member(live_server, caller, colleague)
+    at = midnight(today() + timedelta(days=1))
+    # 900 items six times an hour (any user may make them): 1.3 million occurrences in
+    # 59 days, where each person may cost at most 10,000.
+    flood = await cal_event(api, caller, recurrence_rule="FREQ=HOURLY;BYMINUTE=0,10,20,30,40,50",
+                            **timed(at, at + timedelta(minutes=5)))
+
+    async def copy() -> None:
+        columns = [c for c in await live_server.db.fetchval(
+            "SELECT array_agg(column_name::text) FROM information_schema.columns"
+            " WHERE table_name = 'calendar_events'") if c != "id"]
+        listed = ", ".join(columns)
+        await live_server.db.execute(
+            f"INSERT INTO calendar_events (id, {listed})"
+            f" SELECT 'cev_' || md5(n::text || random()::text), {listed}"
+            " FROM calendar_events, generate_series(1, 899) n WHERE id = $1", flood["id"])
+
+    live_server.call(copy())
+    await cal_event(api, colleague, **timed(at + timedelta(hours=9), at + timedelta(hours=10)))
+    body = await free_busy(api, caller, start=z(at), end=z(at + timedelta(days=59)),
+                           emails=colleague.email)
+    assert body["people"] == [
+        {"email": caller.email, "busy": [], "error": "expansion_limit"},
+        {"email": colleague.email, "error": None,
+         "busy": [interval(at + timedelta(hours=9), at + timedelta(hours=10))]},
+    ]
+    assert (body["complete"], body["incomplete_reason"]) == (False, "expansion_limit")
+    # The colleague's own view is whole; the caller is unavailable to meeting times.
+    body = await free_busy(api, colleague, start=z(at), end=z(at + timedelta(days=59)))
+    assert body["people"][0]["error"] is None and body["complete"] is True
+    found = await meeting_times(api, colleague, start=z(at), end=z(at + timedelta(days=14)),
+                                emails=[caller.email], duration_minutes=30, time_zone="UTC")
+    assert found["unavailable"] == [caller.email] and len(found["data"]) == 10
+    # The agenda shows what its budget reached and says it is not complete.
+    status, agenda, _ = await api.get("/v1/agenda", caller,
+                                      params={"date": str(at.date()), "days": "31"})
+    assert status == 200, agenda
+    assert (agenda["complete"], agenda["incomplete_reason"]) == (False, "expansion_limit")
+    assert 0 < len(agenda["items"]) <= 500
+
+
+async def test_a_declined_subscription_copy_frees_its_time(
+    api: Api, live_server: LiveServer, make_user: Any,
+) -> None:
+    subscriber, publisher = await make_user(), await make_user()
+    at = midnight(today() + timedelta(days=9))
+    profile = await new_profile(api, publisher)
+    declined = await cal_event_on(api, publisher, profile, "No", at + timedelta(hours=9), 1)
+    weekly = await cal_event_on(api, publisher, profile, "Weekly", at + timedelta(hours=13), 1,
+                                recurrence_rule="FREQ=WEEKLY;COUNT=3")
+    kept = await cal_event_on(api, publisher, profile, "Kept", at + timedelta(hours=11), 1)
+    status, sub, _ = await api.post("/v1/subscriptions", subscriber, json={
+        "subscription_type": "profile", "profile_id": profile["id"]})
+    assert status == 201, sub
+    live_server.call(copies_made(live_server, subscriber.calendar_id,
+                                 [declined["id"], weekly["id"], kept["id"]]))
+    window = {"start": z(at), "end": z(at + timedelta(days=15))}
+    body = await free_busy(api, subscriber, **window)
+    assert len(body["people"][0]["busy"]) == 5  # 9:00, 11:00, and three weekly 13:00s
+    for event in (declined, weekly):
+        status, rsvp, _ = await api.post(f"/v1/events/{event['id']}/rsvps", subscriber,
+                                         json={"status": "not_going"})
+        assert status == 201, rsvp
+    # An answer for a guest is the guest's: it frees nobody.
+    status, rsvp, _ = await api.post(f"/v1/events/{kept['id']}/rsvps", subscriber, json={
+        "status": "not_going", "attendee_email": "guest@example.com"})
+    assert status == 201, rsvp
+    body = await free_busy(api, subscriber, **window)
+    assert body["people"][0]["busy"] == [interval(at + timedelta(hours=11),
+                                                  at + timedelta(hours=12))]
+    found = await meeting_times(api, subscriber, **window, duration_minutes=60,
+                                time_zone="UTC", working_hours={
+                                    "start": "09:00", "end": "15:00",
+                                    "days": [WEEKDAYS[at.weekday()]]}, limit=3)
+    assert [s["start"] for s in found["data"]] == [
+        z(at + timedelta(hours=9)), z(at + timedelta(hours=9, minutes=30)),
+        z(at + timedelta(hours=10))]
+    # Changing one's mind back makes one busy again.
+    status, rsvp, _ = await api.post(f"/v1/events/{declined['id']}/rsvps", subscriber,
+                                     json={"status": "going"})
+    assert status == 200, rsvp
+    body = await free_busy(api, subscriber, **window)
+    assert body["people"][0]["busy"][0] == interval(at + timedelta(hours=9),
+                                                    at + timedelta(hours=10))

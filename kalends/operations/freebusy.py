@@ -46,8 +46,10 @@ _WINDOW_HELP = (
 _BUSY_HELP = (
     "Busy: occurrences in personal calendars (own events, subscription copies) and selected "
     "connected calendars that are opaque and not cancelled, plus events answered going (busy) "
-    "or maybe (tentative); all-day items take whole local days in their own zone. Only "
-    "intervals are returned, never titles or IDs."
+    "or maybe (tentative); a subscription copy of an event answered not_going takes no time; "
+    "all-day items take whole local days in their own zone. Only intervals are returned, "
+    "never titles or IDs. A person with more than 10,000 occurrences in the window gets busy "
+    "[] and error expansion_limit."
 )
 _PEOPLE_HELP = (
     f"emails: up to {MAX_PEOPLE} other people; those sharing an organization with the caller "
