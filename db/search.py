@@ -20,7 +20,8 @@ Tier 3 is read first, in one of three ways, so that no page counts or sorts
 the matches of a common word:
 - A word the statistics count in more than TITLE_CAP titles, and often enough
   for a page within half a walk (`search_title_words`: ANALYZE's most common
-  elements of `title_tsv`, refreshed by `refresh_words`), walks
+  elements of `title_tsv`, refreshed by `refresh_words` once ANALYZE has
+  gathered newer ones: `WordsWatch`), walks
   `events_search_order` (rank order, the title's words included) and tests
   each entry's words in the index alone, stopping at the page's end or after
   WALK entries: the first page of a word in 1 % of titles reads about 2,100
@@ -52,6 +53,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from datetime import datetime
 
 import asyncpg
 
@@ -357,9 +359,62 @@ async def page(
 async def refresh_words(db: Database) -> None:
     """Copy the statistics' most common title words into `search_title_words`,
     which decides whether a word's titles are walked (`sql_titles`). Run after
-    ANALYZE has seen the titles: in the background, hourly (autovacuum analyzes
-    a table as it changes). Readers are not blocked."""
+    ANALYZE has seen the titles (`WordsWatch` does, in the service). Readers are
+    not blocked."""
     await db.execute(REFRESH_WORDS)
+
+
+class WordsWatch:
+    """Keeps `search_title_words` in step with the statistics it copies: `check`,
+    run every WATCH_SECONDS, refreshes the list when `events` has been analyzed
+    (ANALYZE by hand, or autovacuum's) since the last look, so a bulk load's
+    common words are walked within a minute of the ANALYZE that sees them (an
+    hourly refresh left them unwalked for up to an hour).
+
+    A look costs one row of `pg_stat_user_tables`. Only when the table's last
+    analyze is newer than the one seen is the list compared with the statistics
+    (what the refresh itself would compute) and refreshed if they differ: in
+    several processes, each sees the analyze once, and the first to act leaves
+    the others nothing to do. The first look of a process compares, so a list
+    gone stale while no process watched is caught up then."""
+
+    def __init__(self) -> None:
+        self._looked = False
+        self._seen: datetime | None = None
+        self._differs: str | None = None
+
+    async def check(self, db: Database) -> bool:
+        """Refresh the list if the statistics are newer than it; whether it did."""
+        analyzed = await db.fetchval(_LAST_ANALYZED)
+        if self._looked and (analyzed is None or (
+                self._seen is not None and analyzed <= self._seen)):
+            return False
+        if self._differs is None:
+            self._differs = _differs(await db.fetchval(_WORDS_DEFINITION))
+        stale = bool(await db.fetchval(self._differs))
+        # Seen only once acted on: a failed refresh is tried again at the next look.
+        if stale:
+            await refresh_words(db)
+        self._looked, self._seen = True, analyzed
+        return stale
+
+
+# How often the service looks at the statistics' time: a single-row read.
+WATCH_SECONDS = 30
+# When `events` was last analyzed; null when never (or the statistics were reset).
+_LAST_ANALYZED = """
+SELECT greatest(last_analyze, last_autoanalyze) FROM pg_stat_user_tables
+WHERE relid = 'events'::regclass"""
+# The list's own query (migration 0020), as the server keeps it: compared to what
+# the list holds, whatever a later migration makes of it.
+_WORDS_DEFINITION = "SELECT pg_get_viewdef('search_title_words'::regclass)"
+
+
+def _differs(definition: str) -> str:
+    """Whether the list differs from what a refresh would make of it now."""
+    now = f"SELECT lexeme, share, titles FROM ({definition.strip().rstrip(';')}) d"
+    held = "SELECT lexeme, share, titles FROM search_title_words"
+    return f"SELECT EXISTS ({now} EXCEPT {held}) OR EXISTS ({held} EXCEPT {now})"
 
 
 REFRESH_WORDS = "REFRESH MATERIALIZED VIEW CONCURRENTLY search_title_words"

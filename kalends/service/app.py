@@ -90,10 +90,12 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
                 3600, "store recurring series' ends",
                 lambda: agenda.settle_recurrence_ends(jobs_db), first=1))
             # Which words search walks in rank order (db/search.py): from the title
-            # statistics, which autovacuum's ANALYZE keeps current.
+            # statistics, which autovacuum's ANALYZE keeps current; copied again
+            # whenever they are newer than the copy (a look is one row).
+            watch = search_store.WordsWatch()
             words = asyncio.create_task(housekeeping.every(
-                3600, "refresh search's common words",
-                lambda: search_store.refresh_words(jobs_db), first=30))
+                search_store.WATCH_SECONDS, "refresh search's common words",
+                lambda: watch.check(jobs_db)))
             async with job_handlers.opened(dsn, settings, jobs_db) as handlers:
                 worker = jobs.Worker(jobs_db, dsn, handlers, settings.job_heartbeat)
                 task = asyncio.create_task(worker.run())
