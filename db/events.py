@@ -233,16 +233,16 @@ async def delete(db: Database | Tx, event_id: str) -> None:
 
 
 async def lock(tx: Tx, event_id: str) -> asyncpg.Record | None:
-    """Lock the event row: RSVP writes to one event run one at a time, so
-    capacity is checked against a count no one else is changing."""
-    return await tx.fetchrow(
-        """
-        SELECT id, profile_id, status, enable_capacity_limit, capacity_limit, allow_waitlist,
-               allow_multiple_attendees
-        FROM events WHERE id = $1 FOR UPDATE
-        """,
-        event_id,
-    )
+    """The event row as it stands, locked until `tx` ends; None once deleted.
+
+    Every change to an existing event (PATCH, cancel, reschedule, delete, its
+    RSVP settings) and every RSVP write takes it first and decides on what it
+    reads here, not on a row read before the transaction: changes to one event
+    run one after another, each seeing the one before it (contract §1), and RSVP
+    capacity is checked against a count no one else is changing. A lock that
+    waited for a delete finds no row."""
+    return await tx.fetchrow(f"SELECT {_COLUMNS} FROM events e WHERE e.id = $1 FOR UPDATE",
+                             event_id)
 
 
 # ---------------------------------------------------------------------------

@@ -104,10 +104,37 @@ async def deletion_counts(db: Database | Tx, series_id: str) -> asyncpg.Record:
     return row
 
 
-async def lock_for_delete(tx: Tx, series_id: str) -> int:
+async def lock(tx: Tx, series_id: str) -> bool:
+    """Lock the series row until `tx` ends; False once it is deleted. A change
+    decided on it then sees every change that committed before it (contract §1)."""
+    return await tx.fetchval("SELECT true FROM series WHERE id = $1 FOR UPDATE",
+                             series_id) is not None
+
+
+async def lock_for_delete(tx: Tx, series_id: str, *, events: bool) -> int | None:
     """Lock the series and its links, so a concurrent link cannot slip an event
-    between the count and the delete; returns the member count."""
-    await tx.execute("SELECT 1 FROM series WHERE id = $1 FOR UPDATE", series_id)
+    between the count and the delete; returns the member count, or None when the
+    series is gone (deleted by a concurrent request: this one then deletes nothing).
+
+    With `events`, the member events are locked first (for deleting those in no
+    other series, `exclusive_events`): a link of one of them into another series
+    holds a key-share lock on it until it commits, so this waits for it and then
+    (a new statement, a new snapshot) sees the event as shared; a link that comes
+    later waits for the delete instead. Events before links, as an event's own
+    delete takes them (its row, then its links by cascade), so the two wait for
+    each other in turn instead of deadlocking; an event deleted meanwhile is no
+    longer a member."""
+    if not await lock(tx, series_id):
+        return None
+    if events:
+        await tx.execute(
+            """
+            SELECT 1 FROM events
+            WHERE id IN (SELECT event_id FROM series_events WHERE series_id = $1)
+            ORDER BY id FOR UPDATE
+            """,
+            series_id,
+        )
     members: int = await tx.fetchval(
         "SELECT count(*) FROM (SELECT 1 FROM series_events WHERE series_id = $1 FOR UPDATE) l",
         series_id,
@@ -116,19 +143,8 @@ async def lock_for_delete(tx: Tx, series_id: str) -> int:
 
 
 async def exclusive_events(tx: Tx, series_id: str) -> list[str]:
-    """The member events in no other series, locked for deletion."""
-    # Lock the member events first: a link of one of them into another series
-    # holds a key-share lock on it until it commits, so this waits for it and
-    # then (a new statement, a new snapshot) sees the event as shared. A link
-    # that comes later waits for the delete instead.
-    await tx.execute(
-        """
-        SELECT 1 FROM events
-        WHERE id IN (SELECT event_id FROM series_events WHERE series_id = $1)
-        ORDER BY id FOR UPDATE
-        """,
-        series_id,
-    )
+    """The member events in no other series; `lock_for_delete(..., events=True)`
+    has locked them."""
     rows = await tx.fetch(
         """
         SELECT se.event_id FROM series_events se

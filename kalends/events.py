@@ -192,9 +192,9 @@ async def create(
     if "slug" in fields:
         _check_slug(fields["slug"])
         try:
-            await _saved(db, profile["id"], event_id, lambda tx: store.insert(
-                tx, event_id, profile["id"], {**values, "slug": fields["slug"]}),
-                render, "event.created")
+            async with db.transaction() as tx:
+                await store.insert(tx, event_id, profile["id"], {**values, "slug": fields["slug"]})
+                await _changed(tx, profile["id"], event_id, render, "event.created")
         except asyncpg.UniqueViolationError:
             raise _slug_taken(fields["slug"]) from None
         return event_id
@@ -228,16 +228,18 @@ def _slug_taken(slug: str) -> ApiError:
 
 async def update(db: Database, row: asyncpg.Record, data: EventUpdate,
                  render: webhooks.Render) -> None:
-    _check_open(row)
     changes = data.model_dump(exclude_unset=True)
-    values: dict[str, Any] = {k: changes[k] for k in _AS_SENT if k in changes}
-    values.update(times.update_columns(row, changes))
-    if "slug" in changes:
-        _check_slug(changes["slug"])
-        values["slug"] = changes["slug"]
+
+    async def write(tx: Tx, current: asyncpg.Record) -> None:
+        _check_open(current)
+        values: dict[str, Any] = {k: changes[k] for k in _AS_SENT if k in changes}
+        values.update(times.update_columns(current, changes))
+        if "slug" in changes:
+            _check_slug(changes["slug"])
+            values["slug"] = changes["slug"]
+        await store.update(tx, current["id"], values)
     try:
-        await _saved(db, row["profile_id"], row["id"],
-                     lambda tx: store.update(tx, row["id"], values), render, "event.updated")
+        await _transition(db, row, write, render, "event.updated")
     except asyncpg.UniqueViolationError:
         raise _slug_taken(changes["slug"]) from None
 
@@ -245,50 +247,63 @@ async def update(db: Database, row: asyncpg.Record, data: EventUpdate,
 async def cancel(db: Database, row: asyncpg.Record, data: EventCancel,
                  render: webhooks.Render) -> None:
     """RSVPs stay, so attendees can be told."""
-    _check_open(row)
-
-    async def write(tx: Tx) -> None:
-        await store.update(tx, row["id"], {
+    async def write(tx: Tx, current: asyncpg.Record) -> None:
+        _check_open(current)
+        await store.update(tx, current["id"], {
             "status": "cancelled", "cancelled_at": datetime.now(UTC),
             "cancellation_reason": data.reason,
         })
-        await attendee_mail.queue(tx, row)
-    await _saved(db, row["profile_id"], row["id"], write, render, "event.cancelled")
+        await attendee_mail.queue(tx, current)
+    await _transition(db, row, write, render, "event.cancelled")
 
 
 async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule,
                      render: webhooks.Render) -> None:
-    """A new time, allowed on a cancelled event too: it reopens it."""
-    t = times.resolve_reschedule(times.of_row(row), data.model_dump(exclude_unset=True))
-    times.check_rule(row["recurrence_rule"], t)
+    """A new time, allowed on a cancelled event too: it reopens it. An omitted
+    end keeps the duration the event has when the reschedule commits."""
+    fields = data.model_dump(exclude_unset=True)
 
-    async def write(tx: Tx) -> None:
-        await store.update(tx, row["id"], {
+    async def write(tx: Tx, current: asyncpg.Record) -> None:
+        t = times.resolve_reschedule(times.of_row(current), fields)
+        times.check_rule(current["recurrence_rule"], t)
+        await store.update(tx, current["id"], {
             **times.columns(t), "status": "scheduled", "cancelled_at": None,
             "cancellation_reason": None, "is_rescheduled": True,
         })
-        await attendee_mail.queue(tx, row)
-    await _saved(db, row["profile_id"], row["id"], write, render, "event.rescheduled")
+        await attendee_mail.queue(tx, current)
+    await _transition(db, row, write, render, "event.rescheduled")
 
 
 async def delete(db: Database, row: asyncpg.Record, render: webhooks.Render) -> None:
-    await _saved(db, row["profile_id"], row["id"], lambda tx: store.delete(tx, row["id"]),
-                 render, "event.deleted")
+    await _transition(db, row, lambda tx, current: store.delete(tx, current["id"]),
+                      render, "event.deleted")
 
 
-async def _saved(db: Database, profile_id: str, event_id: str,
-                 write: Callable[[Tx], Awaitable[None]], render: webhooks.Render,
-                 event_type: webhooks.EventType) -> None:
-    """Write, and in the same transaction queue what follows from the change."""
+async def _transition(db: Database, row: asyncpg.Record,
+                      write: Callable[[Tx, asyncpg.Record], Awaitable[None]],
+                      render: webhooks.Render, event_type: webhooks.EventType) -> None:
+    """A change to an existing event, decided at commit (contract §1).
+
+    `row` is the event as the caller's permission was checked on. The change
+    itself decides on the row as it stands, locked in its own transaction
+    (`db.events.lock`): of concurrent changes, each sees the ones that committed
+    before it, as if they had run one after the other; an event deleted since it
+    was read is not found, one cancelled since is `event_cancelled`. Only a
+    change that is made queues what follows from it, in the same transaction:
+    one webhook message, one subscription change (sync and the live feed), and
+    the attendee mail its `write` queues."""
     async with db.transaction() as tx:
+        current = await store.lock(tx, row["id"])
+        if current is None:  # deleted since it was read
+            raise not_found("event", param="event_id")
         if event_type == "event.deleted":  # the payload is the event as it was
-            await webhooks.record(tx, render, event_type, profile_id, "event",
-                                  {"event_id": event_id})
-            await write(tx)
-            await sync.event_changed(tx, event_id)
+            await webhooks.record(tx, render, event_type, row["profile_id"], "event",
+                                  {"event_id": row["id"]})
+            await write(tx, current)
+            await sync.event_changed(tx, row["id"])
             return
-        await write(tx)
-        await _changed(tx, profile_id, event_id, render, event_type)
+        await write(tx, current)
+        await _changed(tx, row["profile_id"], row["id"], render, event_type)
 
 
 async def _changed(tx: Tx, profile_id: str, event_id: str, render: webhooks.Render,

@@ -2,7 +2,10 @@
 
 Capacity holds under concurrency because every RSVP write first locks its
 event's row (`db.events.lock`): the writes to one event run one after another,
-each counting attendees no one else is changing.
+each counting attendees no one else is changing, and each decides on the event
+and the RSVP as they stand under that lock (contract §1): an event deleted or
+cancelled meanwhile, or an RSVP withdrawn meanwhile, answers as if the other
+change had come first.
 """
 
 from __future__ import annotations
@@ -112,8 +115,13 @@ async def change(db: Database, rsvp: asyncpg.Record, data: RsvpUpdate,
 async def withdraw(db: Database, rsvp: asyncpg.Record, render: webhooks.Render) -> None:
     async with db.transaction() as tx:
         event = await _lock(tx, rsvp["event_id"])
-        await _record(tx, render, "rsvp.deleted", event, rsvp)  # as it was
-        await store.delete(tx, rsvp["id"])
+        # Read again under the event's lock: withdrawn (or gone with its event)
+        # since it was read, it is not found, and sends nothing a second time.
+        current = await store.by_id(tx, rsvp["id"])
+        if current is None:
+            raise not_found("RSVP", param="rsvp_id")
+        await _record(tx, render, "rsvp.deleted", event, current)  # as it was
+        await store.delete(tx, current["id"])
 
 
 async def _record(tx: Tx, render: webhooks.Render, event_type: webhooks.EventType,
@@ -168,10 +176,15 @@ async def update_settings(db: Database, event: asyncpg.Record, data: RsvpSetting
                           ) -> None:
     """Lowering capacity below the attendees keeps their RSVPs; it only refuses new ones."""
     changes = data.model_dump(exclude_unset=True)
-    merged: dict[str, Any] = {k: event[k] for k in SETTINGS} | changes
-    if merged["enable_capacity_limit"] and merged["capacity_limit"] is None:
-        raise ApiError(
-            "field_dependency", "A capacity limit needs `capacity_limit`.",
-            param="capacity_limit",
-        )
-    await event_store.update(db, event["id"], changes)
+    async with db.transaction() as tx:
+        # Judged on the settings as they stand, locked: a concurrent change to
+        # the other half of a rule is seen, and RSVP writes (which take the same
+        # lock) decide on the settings before or after this change, never half.
+        current = await _lock(tx, event["id"])
+        merged: dict[str, Any] = {k: current[k] for k in SETTINGS} | changes
+        if merged["enable_capacity_limit"] and merged["capacity_limit"] is None:
+            raise ApiError(
+                "field_dependency", "A capacity limit needs `capacity_limit`.",
+                param="capacity_limit",
+            )
+        await event_store.update(tx, event["id"], changes)

@@ -66,6 +66,8 @@ async def update(db: Database, row: asyncpg.Record, data: SeriesUpdate) -> None:
     changes = data.model_dump(exclude_unset=True)
     try:
         async with db.transaction() as tx:
+            if not await store.lock(tx, row["id"]):  # deleted since it was read
+                raise not_found("series", param="series_id")
             await store.update(tx, row["id"], changes)
             if "is_private" in changes:  # who may see it, and so its subscribers' copies
                 await sync.series_changed(tx, row["id"])
@@ -78,7 +80,9 @@ async def delete(db: Database, row: asyncpg.Record, render: webhooks.Render, *,
     """Events in no other series go too only with `cascade_exclusive_events`;
     events shared with another series always stay."""
     async with db.transaction() as tx:
-        members = await store.lock_for_delete(tx, row["id"])
+        members = await store.lock_for_delete(tx, row["id"], events=cascade_exclusive_events)
+        if members is None:  # deleted by a concurrent request: it was that one's
+            raise not_found("series", param="series_id")
         doomed = await store.exclusive_events(tx, row["id"]) if cascade_exclusive_events else []
         await webhooks.record(tx, render, "event.deleted", row["profile_id"], "event",
                               *({"event_id": e} for e in doomed))  # each as it was
