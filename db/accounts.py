@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 
@@ -116,9 +117,157 @@ async def insert_key(db: Database | Tx, key_id: str, consumer_name: str, key_has
     )
 
 
+KEYS_CHANNEL = "kalends_keys"
+"""Where a revocation is announced, as it commits: the key's hash in hex (never the key)."""
+
+
 async def revoke_key(db: Database | Tx, key_hash: bytes) -> bool:
-    status = await db.execute(
-        "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1 AND revoked_at IS NULL",
-        key_hash,
+    """Revoke the key and, in the same statement (so only if and when it commits),
+    tell every process: their sockets opened with the key close (graph/ws.py)."""
+    revoked = await db.fetchval(
+        """
+        WITH revoked AS (
+            UPDATE api_keys SET revoked_at = now()
+            WHERE key_hash = $1 AND revoked_at IS NULL RETURNING key_hash
+        )
+        SELECT count(pg_notify($2, encode(key_hash, 'hex'))) FROM revoked
+        """,
+        key_hash, KEYS_CHANNEL,
     )
-    return status.endswith(" 1")
+    return bool(revoked)
+
+
+# -- live sockets per key (graph/ws.py, migration 0024) ------------------------------
+
+LIVE_LOCK = 0x4B4C5753
+"""The first half of a serve process's advisory lock (the second: its instance)."""
+
+_LIVE_INSTANCE = f"""EXISTS (
+    SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = {LIVE_LOCK}::oid AND l.objid = {{instance}}::oid)"""
+"""Whether the process `instance` is alive: whether a session holds its lock."""
+
+_KEY_LOCKED = """
+    SELECT k.id AS key_id, k.consumer_name AS consumer FROM api_keys k
+    WHERE k.key_hash = $1 AND k.revoked_at IS NULL FOR NO KEY UPDATE
+"""
+_KEY_LOCKED_CHARGED = _charged(_KEY_LOCKED)
+
+_RESERVE = f"""
+    WITH others AS (
+        SELECT coalesce(sum(u.sockets), 0) AS sockets,
+               coalesce(sum(u.subscriptions), 0) AS subscriptions
+        FROM live_sockets u
+        WHERE u.key_id = $1 AND u.instance <> $2::integer
+          AND {_LIVE_INSTANCE.format(instance='u.instance')}
+    )
+    INSERT INTO live_sockets AS u (key_id, instance, sockets, subscriptions)
+    SELECT $1, $2, $3::integer, $4::integer FROM others
+    WHERE ($5::boolean OR others.sockets + $3::integer <= $6::integer)
+      AND ($7::boolean OR others.subscriptions + $4::integer <= $8::integer)
+    ON CONFLICT (key_id, instance) DO UPDATE
+    SET sockets = excluded.sockets, subscriptions = excluded.subscriptions
+    RETURNING true
+"""
+
+
+async def instance(db: Database) -> int:
+    """A number of its own for a serve process."""
+    return int(await db.fetchval("SELECT nextval('live_instances')"))
+
+
+async def hold_instance(conn: asyncpg.Connection, instance: int, *, timeout: float) -> None:
+    """Take the process's lock on its own connection `conn` (it is alive while
+    `conn` is). A session of this process left from before (its connection lost
+    unnoticed by the server) is ended first, rather than waited for."""
+    await conn.execute(
+        f"""
+        SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+        WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.pid <> pg_backend_pid()
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = {LIVE_LOCK}::oid AND l.objid = $1::integer::oid
+        """,
+        instance, timeout=timeout,
+    )
+    await conn.execute(f"SELECT pg_advisory_lock({LIVE_LOCK}, $1::integer)", instance,
+                       timeout=timeout)
+
+
+async def forget_dead_instances(db: Database | asyncpg.Connection, instance: int) -> None:
+    """Delete the rows of processes that are gone (they count for nothing already)."""
+    await db.execute(
+        f"""
+        DELETE FROM live_sockets u
+        WHERE u.instance <> $1 AND NOT {_LIVE_INSTANCE.format(instance='u.instance')}
+        """,
+        instance,
+    )
+
+
+async def reserve_live(
+    db: Database, key_hash: bytes, instance: int, held: tuple[int, int],
+    wanted: tuple[int, int], most: tuple[int, int],
+    charge: tuple[timedelta, timedelta] | None = None,
+) -> dict[str, Any] | None:
+    """Under the key's row lock (so that the key's reservations, on every process,
+    and its revocation, come one at a time): check the key still stands, charge its
+    consumer with `charge` (interval, window), and, if allowed, make this process's
+    row `held` (sockets, subscriptions) plus `wanted`, if the key's live total stays
+    within `most` for what grows.
+
+    None: the key is revoked (or gone). Else `key_id`, `allowed` and `ahead` (the
+    charge; None without one) and `reserved`."""
+    async with db.transaction() as tx:
+        if charge is None:
+            row = await tx.fetchrow(_KEY_LOCKED, key_hash)
+        else:
+            row = await tx.fetchrow(_KEY_LOCKED_CHARGED, key_hash, *charge)
+        if row is None:
+            return None
+        result: dict[str, Any] = dict(row)
+        result.setdefault("allowed", None)
+        result.setdefault("ahead", None)
+        reserved = wanted == (0, 0)  # a charge only: nothing to reserve
+        if result["allowed"] is not False and not reserved:
+            sockets, subscriptions = held[0] + wanted[0], held[1] + wanted[1]
+            reserved = bool(await tx.fetchval(
+                _RESERVE, row["key_id"], instance, sockets, subscriptions,
+                wanted[0] <= 0, most[0], wanted[1] <= 0, most[1]))
+        result["reserved"] = reserved
+        return result
+
+
+async def publish_live(db: Database, key_id: str, instance: int, held: tuple[int, int]
+                       ) -> None:
+    """What this process now holds of the key (after releases, or to restore rows
+    forgotten while it seemed gone): no limit is checked."""
+    if held == (0, 0):
+        await db.execute("DELETE FROM live_sockets WHERE key_id = $1 AND instance = $2",
+                         key_id, instance)
+        return
+    await db.execute(
+        """
+        INSERT INTO live_sockets AS u (key_id, instance, sockets, subscriptions)
+        SELECT $1, $2::integer, $3::integer, $4::integer
+        WHERE EXISTS (SELECT 1 FROM api_keys WHERE id = $1)
+        ON CONFLICT (key_id, instance) DO UPDATE
+        SET sockets = excluded.sockets, subscriptions = excluded.subscriptions
+        """,
+        key_id, instance, *held,
+    )
+
+
+async def revoked_keys(db: Database | asyncpg.Connection, key_hashes: list[bytes]
+                       ) -> list[bytes]:
+    """Those of the key hashes that no longer authenticate (revoked, or gone)."""
+    rows = await db.fetch(
+        """
+        SELECT h FROM unnest($1::bytea[]) AS h
+        WHERE NOT EXISTS (SELECT 1 FROM api_keys k WHERE k.key_hash = h
+                                                   AND k.revoked_at IS NULL)
+        """,
+        key_hashes,
+    )
+    return [bytes(r[0]) for r in rows]

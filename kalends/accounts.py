@@ -158,6 +158,8 @@ async def create_calendar(db: Database, email: str, name: str) -> dict[str, Any]
 
 
 async def revoke_key(db: Database, api_key: str) -> dict[str, Any]:
+    """Revoke the key. Its commit also tells every serve process, which closes the
+    key's GraphQL sockets with 4403 (graph/ws.py, contract §14)."""
     if not await accounts.revoke_key(db, hash_key(api_key)):
         raise AdminError("no active API key matches")
     return {"revoked": True}
