@@ -12,7 +12,6 @@ occurrence_id) and capped at `MAX_ITEMS`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from db import agenda as store
 from db import calendar_events as events_store
 from db import connected as connected_store
 from db.database import Database, Tx
-from kalends import ids, recurrence, times
+from kalends import cpu, ids, recurrence, times
 from kalends.auth import Viewer
 from kalends.connected import occurrences, sync_state
 from kalends.errors import ApiError
@@ -227,7 +226,7 @@ async def build(
         if external else []
     # Expansion is CPU work (bounded by the budget): beside the event loop, so that
     # no other request waits for it.
-    items, complete, reason = await asyncio.to_thread(
+    items, complete, reason = await cpu.run(
         merge, found[:READ_ROWS - 1], w, connected, more_rows=len(found) >= READ_ROWS)
     return Agenda(w, items, complete, reason, sources, warnings)
 

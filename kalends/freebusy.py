@@ -36,7 +36,7 @@ from db import agenda as agenda_store
 from db import connected as connected_store
 from db import freebusy as store
 from db.database import Database
-from kalends import agenda, recurrence, times
+from kalends import agenda, cpu, recurrence, times
 from kalends.auth import Viewer
 from kalends.connected import components, occurrences, sync_state
 from kalends.errors import ApiError
@@ -403,7 +403,7 @@ async def _read(
         own_answers[row["user_id"]].append(row)
 
     # Expansion is CPU work (bounded per person): beside the event loop.
-    busy, reason = await asyncio.to_thread(
+    busy, reason = await cpu.run(
         _everyones_busy, everyone, own_rows, own_connected, own_answers,
         first_day, end_day, start, end)
     people = [_person(viewer.email, busy[viewer.user_id])]

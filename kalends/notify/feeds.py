@@ -16,7 +16,6 @@ clients without a validator cost no more than one build per change.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Sequence
 from datetime import timedelta
@@ -26,7 +25,7 @@ from icalendar import Event, vDuration
 
 from db import events as store
 from db.database import Database
-from kalends import ids
+from kalends import cpu, ids
 from kalends.errors import ApiError
 from kalends.notify import ics
 
@@ -59,7 +58,7 @@ async def render(db: Database, profile: asyncpg.Record, etag: str) -> bytes:
     body = _BUILT.get(key)
     if body is None:
         rows = await store.feed(db, profile["id"])
-        body = await asyncio.to_thread(calendar, profile, rows)
+        body = await cpu.run(calendar, profile, rows)
         if len(body) <= _KEEP_BYTES:
             while _BUILT and sum(map(len, _BUILT.values())) + len(body) > _KEEP_BYTES:
                 del _BUILT[next(iter(_BUILT))]  # the oldest first

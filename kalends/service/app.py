@@ -21,7 +21,7 @@ from graph import ide
 from graph import ws as graph_ws
 from graph.context import Services
 from graph.schema import schema
-from kalends import agenda, instance_secrets, registry
+from kalends import agenda, cpu, instance_secrets, registry
 from kalends.connected.engine import open_vault
 from kalends.errors import ApiError
 from kalends.pagination import Cursors
@@ -54,6 +54,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     """`settings`: by default read from the environment. `run_jobs`: run
     background jobs in this process (default: `settings.jobs_in_process`)."""
     settings = settings or config.load()
+    cpu.configure()
     app = web.Application(
         middlewares=[request_context, error_envelopes, guard], client_max_size=MAX_BODY,
         # What aiohttp's HTTP parser refuses is answered in the envelope too.
