@@ -16,6 +16,7 @@ Field names are snake_case, as everywhere else; the camelCase names they first h
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -127,7 +128,11 @@ class _EventChanges:
             self._ctx.refresh()
             row = await self._event(change)
             if row is not None and profile_rules.administers(row, self._ctx.viewer):
-                return EventChange(type=change.type, event=Event.from_row(row))
+                # One payload for all of this caller's subscriptions to the change, so
+                # that its result is executed once for them all (graph/fanout.py).
+                made = EventChange(type=change.type, event=Event.from_row(row))
+                return await change.read_once(("event_change", self._ctx.viewer.user_id),
+                                              functools.partial(_payload, made))
             # No longer theirs to see: the profile's read says why. Still theirs, the
             # event gone past remembering: nothing to show.
             profile = await self._ctx.loaders.profile.load(self._profile_id)
@@ -177,6 +182,10 @@ class _StatsChanges:
 
     async def aclose(self) -> None:
         self._watch.close()
+
+
+async def _payload(change: EventChange) -> EventChange:
+    return change
 
 
 async def _read_stats(db: Database, viewer_id: str, event_id: str) -> RsvpStats | None:

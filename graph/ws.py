@@ -50,13 +50,13 @@ from graphql import (
     OperationType,
     SelectionSetNode,
     get_operation_ast,
-    subscribe,
 )
 from graphql.pyutils import is_awaitable
 from prometheus_client import Gauge
 
 from db import accounts
 from db.database import Database
+from graph import fanout
 from graph.documents import DOCUMENTS
 from graph.live import LiveContext
 from graph.schema import MASKED, reported, schema
@@ -591,9 +591,9 @@ class _Connection:
                 "once, across every connection; complete one first.", retry_after=1))
             return
         task = asyncio.create_task(
-            self._run(id_, context, _root_name(document, operation_name), lambda: subscribe(
-                schema._schema, document, context_value=context, variable_values=variables,
-                operation_name=operation_name)),
+            self._run(id_, context, _root_name(document, operation_name), lambda: fanout.subscribe(
+                schema._schema, document, context, variables, operation_name,
+                context.viewer.user_id)),
             name=f"graphql subscription {id_[:40]}")
         self._running[id_] = task
 
@@ -632,8 +632,9 @@ class _Connection:
         results = cast(AsyncGenerator[ExecutionResult, None], started)
         try:
             async for result in results:
-                if result.errors:
-                    result.errors = reported(result.errors, context)
+                if result.errors:  # a copy: the result may be shared (graph/fanout.py)
+                    result = ExecutionResult(result.data, reported(result.errors, context),
+                                             result.extensions)
                 await self._send({"id": id_, "type": "next", "payload": result.formatted})
         except ApiError as exc:
             # The source ended the subscription: access lost, the event gone, changes missed.

@@ -43,6 +43,8 @@ STREAM_LIMIT = 256
 """Changes one profile watch may have waiting before it is ended as fallen behind."""
 DELETED_KEPT = timedelta(hours=1)
 """How long what a deleted event was stays readable."""
+DISPATCH_BATCH = 4
+"""Watches offered a change per turn of the event loop."""
 _CONNECT_TIMEOUT = 5.0
 _PING_EVERY = 10.0
 """Seconds between checks that the listening connection still answers (a peer
@@ -153,6 +155,8 @@ class Feed:
         self._profiles: dict[str, set[Watch]] = {}
         self._events: dict[str, set[Watch]] = {}
         self._count = 0
+        self._pending: deque[tuple[Change, list[Watch]]] = deque()
+        self._dispatcher: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -216,11 +220,30 @@ class Feed:
         if change is None:
             log.warning("unreadable change notification", extra={"payload": payload[:200]})
             return
+        # The watches open at the commit's notification, offered the change a few at a
+        # time, in arrival order (so each watch keeps commit order).
+        targets = list(self._events.get(change.event_id, ()))
         if change.type.startswith("event."):
-            for watch in self._profiles.get(change.profile_id, ()):
-                watch._offer(change)
-        for watch in self._events.get(change.event_id, ()):
-            watch._offer(change)
+            targets[:0] = self._profiles.get(change.profile_id, ())
+        if not targets:
+            return
+        self._pending.append((change, targets))
+        if self._dispatcher is None or self._dispatcher.done():
+            self._dispatcher = asyncio.get_running_loop().create_task(
+                self._dispatch(), name="change feed dispatch")
+
+    async def _dispatch(self) -> None:
+        """Offer pending changes to their watches, `DISPATCH_BATCH` watches per turn of
+        the event loop: a thousand subscriptions woken at once would hold every other
+        request (the write that made the change among them) behind all of their work."""
+        while self._pending:
+            change, targets = self._pending[0]
+            for start in range(0, len(targets), DISPATCH_BATCH):
+                for watch in targets[start:start + DISPATCH_BATCH]:
+                    watch._offer(change)
+                if start + DISPATCH_BATCH < len(targets):
+                    await asyncio.sleep(0)
+            self._pending.popleft()
 
     def _end_all(self, why: str) -> None:
         for index in (self._profiles, self._events):
