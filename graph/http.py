@@ -39,7 +39,7 @@ def setup(app: web.Application) -> None:
 
 async def post(request: web.Request) -> web.StreamResponse:
     query, variables, operation_name, extensions = _fields(await bodies.json_object(request))
-    found = _document(request.app[DOCUMENTS], query, extensions)
+    found = await _document(request.app[DOCUMENTS], query, extensions)
     return await _run(request, found, variables, operation_name)
 
 
@@ -49,7 +49,7 @@ async def get(request: web.Request) -> web.StreamResponse:
     if _page(request):
         return await ide.page(request)
     query, variables, operation_name, extensions = _fields(_parameters(request))
-    found = _document(request.app[DOCUMENTS], query, extensions)
+    found = await _document(request.app[DOCUMENTS], query, extensions)
     kind = _kind(found, operation_name)
     if kind is None or kind is OperationType.QUERY:
         response = await _run(request, found, variables, operation_name)
@@ -191,12 +191,12 @@ def _persisted(extensions: dict[str, Any] | None) -> _PersistedQuery | None:
     return _PersistedQuery(sha256)
 
 
-def _document(cache: Documents, query: str | None, extensions: dict[str, Any] | None
-              ) -> Document | GraphQLError:
+async def _document(cache: Documents, query: str | None, extensions: dict[str, Any] | None
+                    ) -> Document | GraphQLError:
     persisted = _persisted(extensions)
     if persisted is None:
         assert query is not None
-        return cache.get(query)
+        return await cache.load(query)
     if query is None:
         document = cache.by_hash(persisted.sha256)
         if document is None:
@@ -208,4 +208,4 @@ def _document(cache: Documents, query: str | None, extensions: dict[str, Any] | 
         raise ApiError("invalid_field", "`sha256Hash` is not the SHA-256 of `query`.",
                        param="extensions.persistedQuery.sha256Hash",
                        details={"value": persisted.sha256})
-    return cache.get(query)
+    return await cache.load(query)

@@ -19,7 +19,7 @@ from graph.connections import Connection
 from graph.context import Context
 from graph.scalars import Timestamp
 from graph.types import Event, EventOccurrence, Page, Profile, Rsvp, RsvpBucket, Series
-from kalends import agenda, dashboard, ids
+from kalends import agenda, cpu, dashboard, ids
 from kalends import follows as follow_rules
 from kalends import profiles as profile_rules
 from kalends import rsvps as rsvp_rules
@@ -210,9 +210,10 @@ async def rsvp_summary(ctx: Context, profile: asyncpg.Record, start: str, end: s
                                                 kind)
     recurring = await event_store.summary_recurring(ctx.db, profile["id"], r.end,
                                                     MAX_SUMMARY_RECURRING)
-    buckets = dashboard.summarize(
-        starts, ((g["bucket"], g["events"], _counts(g)) for g in grouped),
-        ((row, _counts(row)) for row in recurring), r, tz, kind)
+    # Up to MAX_SUMMARY_RECURRING series over a year: beside the event loop.
+    buckets = await cpu.run(
+        dashboard.summarize, starts, [(g["bucket"], g["events"], _counts(g)) for g in grouped],
+        [(row, _counts(row)) for row in recurring], r, tz, kind)
     return [RsvpBucket(start=b.start, events=b.events, going=b.going, maybe=b.maybe,
                        not_going=b.not_going, waitlist=b.waitlist) for b in buckets]
 

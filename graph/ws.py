@@ -554,7 +554,7 @@ class _Connection:
                               self._request[REQUEST_ID], feed=self._request.app[FEED])
         per_socket = self._limits.subscriptions_per_socket
         socket_full = len(self._running) >= per_socket
-        document = _document(self._request.app, query, operation_name)
+        document = await _document(self._request.app, query, operation_name)
         # Every subscribe is charged, as a request is, and re-checks the key; only
         # one that can run reserves a place among the key's subscriptions.
         wanted = 0 if socket_full or isinstance(document, list) else 1
@@ -659,11 +659,11 @@ def _header(payload: dict[str, Any], name: str) -> str | None:
     return None
 
 
-def _document(app: web.Application, query: str, operation_name: str | None
-              ) -> DocumentNode | list[GraphQLError]:
+async def _document(app: web.Application, query: str, operation_name: str | None
+                    ) -> DocumentNode | list[GraphQLError]:
     """The document, parsed and validated as POST does (its cache, graph/documents.py),
     if it names one subscription; else why not."""
-    document = app[DOCUMENTS].get(query)
+    document = await app[DOCUMENTS].load(query)
     if document.node is None:
         return document.errors
     operation = get_operation_ast(document.node, operation_name)
