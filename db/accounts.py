@@ -10,8 +10,12 @@ import asyncpg
 from db import ratelimits
 from db.database import Database, Tx
 
-_KEY_OWNER = """
-    SELECT c.name AS consumer, c.user_id, u.email, u.timezone
+# `written`: where the user's last write ended (db/replicas.py), read with the
+# credential so that read-your-writes costs no round trip.
+_WRITTEN = "(SELECT w.lsn::text FROM write_positions w WHERE w.user_id = c.user_id) AS written"
+
+_KEY_OWNER = f"""
+    SELECT c.name AS consumer, c.user_id, u.email, u.timezone, {_WRITTEN}
     FROM api_keys k
     JOIN consumers c ON c.name = k.consumer_name
     LEFT JOIN users u ON u.id = c.user_id
@@ -38,7 +42,7 @@ def _subject_owner(grant: str) -> str:
     # grant_live: whether the authorization server's grant named by an access
     # token still stands (NULL when the token names none, false when it is gone).
     return f"""
-    SELECT c.name AS consumer, c.user_id, u.email, u.timezone,
+    SELECT c.name AS consumer, c.user_id, u.email, u.timezone, {_WRITTEN},
            CASE WHEN {grant}::text IS NULL THEN NULL
                 ELSE coalesce((SELECT revoked_at IS NULL FROM oauth_grants
                                WHERE id = {grant}::text), false) END AS grant_live

@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from db.database import Database
+from db.replicas import Reads
 from graph.dataloaders import Loaders
 from kalends.auth import Viewer
 from kalends.connected.vault import Vault
 from kalends.notify.webhooks import Render
 from kalends.pagination import Cursors
+from kalends.web import reads
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,8 @@ class Services:
     webhook_allow_http: bool = False
     webhook_render: Render | None = None
     """Renders webhook payloads (kalends/registry/payloads.py); set once built."""
+    reads: Reads | None = None
+    """Read replicas (db/replicas.py); None: everything on `db`."""
 
 
 @dataclass
@@ -33,14 +37,15 @@ class Context:
     services: Services
     viewer: Viewer
     request_id: str
+    read_only: bool = False
+    """The request only reads: it may be served by a read replica."""
     loaders: Loaders = field(init=False)
+    db: Database = field(init=False)
 
     def __post_init__(self) -> None:
-        self.loaders = Loaders(self.services.db, self.viewer)
-
-    @property
-    def db(self) -> Database:
-        return self.services.db
+        self.db = reads.database(self.services.db, self.services.reads, self.viewer,
+                                 read_only=self.read_only)
+        self.loaders = Loaders(self.db, self.viewer)
 
     @property
     def render(self) -> Render:

@@ -74,7 +74,8 @@ def error_body(request: web.Request, error: ApiError) -> web.Response:
 
 async def _run(request: web.Request, found: Document | GraphQLError,
                variables: dict[str, Any] | None, operation_name: str | None) -> web.Response:
-    context = Context(request.app[SERVICES], request[VIEWER], request[REQUEST_ID])
+    context = Context(request.app[SERVICES], request[VIEWER], request[REQUEST_ID],
+                      read_only=_kind(found, operation_name) is OperationType.QUERY)
     if isinstance(found, GraphQLError):
         result = ExecutionResult(None, [found])
     else:

@@ -41,8 +41,14 @@ class LiveContext(Context):
     """A subscription's context: the process's change feed, and the watches to
     close when the subscription ends, however it ends."""
 
-    feed: Feed
+    feed: Feed = field(kw_only=True)
     _watches: list[Watch] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        # A change is read on the primary, after it committed (never older than it),
+        # and a subscription writes nothing.
+        self.db = self.services.db
+        self.loaders = Loaders(self.db, self.viewer)
 
     def keep(self, watch: Watch) -> Watch:
         self._watches.append(watch)

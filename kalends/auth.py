@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from db import accounts
+from db.replicas import lsn
 from kalends.errors import ApiError
 from kalends.ratelimit import Decision
 from kalends.service.config import Rate
@@ -24,6 +25,9 @@ class Viewer:
     consumer: str
     email: str
     timezone: str | None
+    written: int | None = field(default=None, compare=False)
+    """Where the user's last write ended in the primary's WAL, as read with the
+    credential (db/replicas.py): a read replica serves them once it is past it."""
 
 
 def new_key() -> tuple[str, bytes]:
@@ -55,7 +59,8 @@ class Caller:
         """From a lookup row (consumer, user_id, email, timezone)."""
         viewer = None
         if row["user_id"] is not None:
-            viewer = Viewer(row["user_id"], row["consumer"], row["email"], row["timezone"])
+            viewer = Viewer(row["user_id"], row["consumer"], row["email"], row["timezone"],
+                            lsn(row["written"]))
         return cls(row["consumer"], viewer, limit)
 
     def claimed(self) -> Viewer:

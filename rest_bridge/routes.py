@@ -64,7 +64,8 @@ def _handler(op: Operation) -> Any:
         body = await bodies.json_object(request, empty={}) if op.body is not None else None
         variables = bind(op, request.match_info, request.query, body)
         result, status = await run(
-            op, variables, Context(services, viewer, request[REQUEST_ID])
+            op, variables, Context(services, viewer, request[REQUEST_ID],
+                                   read_only=op.mcp.read_only)
         )
         if op.result is None:
             return web.Response(status=status)

@@ -379,7 +379,8 @@ async def call_flat(app: Any, viewer: Any, op: Operation, arguments: dict[str, A
     from kalends.service.services import SERVICES
 
     variables = bind_flat(op, arguments)
-    body, _ = await run(op, variables, Context(app[SERVICES], viewer, request_id))
+    body, _ = await run(op, variables, Context(app[SERVICES], viewer, request_id,
+                                               read_only=op.mcp.read_only))
     return body
 
 

@@ -16,6 +16,7 @@ from db import ratelimits
 from db import search as search_store
 from db import webhooks as webhook_store
 from db.database import Database
+from db.replicas import Reads
 from graph import http as graph_http
 from graph import ide
 from graph import ws as graph_ws
@@ -66,10 +67,16 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     async def services(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(dsn, max_size=pool_size)
         cursor_secret = await instance_secrets.get(db, open_vault(settings), "cursor")
+        read_replicas = None
+        if settings.read_database_urls:
+            read_replicas = Reads.of(db, settings.read_database_urls, settings.read_max_lag,
+                                     pool_size)
+            await read_replicas.start()
         services = Services(db=db, cursors=Cursors(cursor_secret),
                             sync_interval=settings.sync_interval,
                             vault=open_vault(settings),
-                            webhook_allow_http=settings.webhook_allow_http)
+                            webhook_allow_http=settings.webhook_allow_http,
+                            reads=read_replicas)
         app[SERVICES] = dataclasses.replace(
             services, webhook_render=webhook_payloads.renderer(services, schema._schema))
         # Keep the rate-limit table as small as the set of recently active callers.
@@ -110,6 +117,8 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
             yield
         sweeper.cancel()
         pruner.cancel()
+        if read_replicas is not None:
+            await read_replicas.stop()
         await db.close()
 
     app.cleanup_ctx.append(services)

@@ -82,6 +82,10 @@ class Settings:
     after the last attempt fails the endpoint is disabled."""
     webhook_timeout: timedelta = timedelta(seconds=15)
     """Per delivery attempt: connecting, sending, and the status line."""
+    read_database_urls: tuple[str, ...] = ()
+    """Streaming replicas the reads may go to (db/replicas.py); none: the primary only."""
+    read_max_lag: float = 5.0
+    """Seconds a replica may be behind the primary and still be read."""
 
 
 DEFAULTS = Settings()
@@ -120,7 +124,26 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
                                          DEFAULTS.webhook_retry_schedule),
         webhook_timeout=_seconds(env, "KALENDS_WEBHOOK_TIMEOUT_SECONDS",
                                  DEFAULTS.webhook_timeout),
+        read_database_urls=_read_urls(env.get("KALENDS_READ_DATABASE_URL")),
+        read_max_lag=_seconds(env, "KALENDS_READ_MAX_LAG_SECONDS",
+                              timedelta(seconds=DEFAULTS.read_max_lag)).total_seconds(),
     )
+
+
+def _read_urls(value: str | None) -> tuple[str, ...]:
+    """KALENDS_READ_DATABASE_URL: one or more replica URLs, comma-separated, each
+    checked as DATABASE_URL is."""
+    urls = []
+    for part in (value or "").split(","):
+        if part.strip():
+            try:
+                checked = _database_url(part.strip())
+            except ConfigError as exc:
+                raise ConfigError(str(exc).replace("DATABASE_URL",
+                                                   "KALENDS_READ_DATABASE_URL")) from None
+            assert checked is not None
+            urls.append(checked)
+    return tuple(urls)
 
 
 def _smtp_url(env: Mapping[str, str], name: str) -> str | None:

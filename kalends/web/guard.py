@@ -24,7 +24,7 @@ from kalends.service.services import (
     SETTINGS,
     VIEWER,
 )
-from kalends.web import metrics
+from kalends.web import metrics, reads
 from kalends.web.draining import UNCOUNTED_PATHS
 from kalends.web.responses import error_response
 
@@ -174,7 +174,16 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         request[VIEWER] = await _authenticate(request, others[route], defer_limit=True)
     elif request.path not in _UNLIMITED_PATHS and not await _charge_key(request):
         await _charge_address(request)
-    return await handler(request)
+    token = reads.begin()
+    try:
+        response = await handler(request)
+        # Read-your-writes (contract §16): the write is answered, so its commit is done.
+        services = request.app.get(SERVICES)
+        await reads.record(services.reads if services is not None else None,
+                           request.get(VIEWER))
+        return response
+    finally:
+        reads.finish(token)
 
 
 def _wants_key(request: web.Request, route: web.AbstractRoute) -> bool:

@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from db import jobs_stats
 from db.database import Database
+from db.replicas import Reads
 from kalends import sync
 from kalends.errors import ApiError
 from kalends.service.services import OPERATION, SERVICES, SETTINGS
@@ -154,7 +155,8 @@ async def scrape(request: web.Request) -> web.Response:
                  client_address(request.remote))
     db = request.app[SERVICES].db
     _publish_pool(db.pool)
-    snapshot = _Snapshot(_counted(), await _read_database(db))
+    snapshot = _Snapshot(_counted(), [*await _read_database(db),
+                                      *_replicas(request.app[SERVICES].reads)])
     encode, content_type = choose_encoder(",".join(request.headers.getall("Accept", [])))
     return web.Response(body=encode(snapshot), headers={"Content-Type": content_type})
 
@@ -214,6 +216,20 @@ async def _read_database(db: Database) -> list[Metric]:
         return [up]
     up.add_metric([], 1)
     return [up, *_job_metrics(counts)]
+
+
+def _replicas(reads: Reads | None) -> list[Metric]:
+    """Each read replica as this process's last check found it (db/replicas.py)."""
+    up = GaugeMetricFamily("kalends_db_replica_up",
+                           "1 when the read replica is used for reads, else 0.", labels=["replica"])
+    lag = GaugeMetricFamily("kalends_db_replica_lag_seconds",
+                            "Seconds the read replica was behind the primary at its last check.",
+                            labels=["replica"])
+    for replica in reads.replicas if reads is not None else ():
+        up.add_metric([replica.name], 1 if replica.up else 0)
+        if replica.lag is not None:
+            lag.add_metric([replica.name], replica.lag)
+    return [up, lag] if reads is not None else []
 
 
 def _job_metrics(counts: dict[tuple[str, str], int]) -> list[Metric]:

@@ -1,0 +1,153 @@
+"""Reads from streaming replicas (contract §16), with read-your-writes per user.
+
+`Reads` holds a pool per replica and a background check of each one: reachable or
+not, how far it has replayed (`pg_last_wal_replay_lsn()`), and how far behind the
+primary it is in seconds. A request that only reads asks `choose(written)` for a
+database once, where its kind is known (kalends/web/reads.py): a replica that is up,
+no more than `max_lag` behind, and has replayed past `written` (the end of the user's
+last write), else the primary. Nothing fails when a replica does: it is skipped until
+a check finds it well again.
+
+Read-your-writes across processes: after a write request, `wrote(user_id)` records
+`pg_current_wal_lsn()` on the primary, a position at or after the write's commit; the
+next requests of that user read it with their authentication (db/accounts.py), in the
+same statement, so the check costs no round trip. A replica's replayed position comes
+from the last check, never newer than the truth, so a user is sent to the primary
+rather than to a replica that has not caught up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from db.database import Database
+
+log = logging.getLogger("kalends.replicas")
+
+CHECK_SECONDS = 0.1
+"""How often each replica's position and lag are read."""
+_CONNECT_TIMEOUT = 2.0
+
+
+def lsn(text: str | None) -> int | None:
+    """A `pg_lsn` (`16/B374D848`) as a number; None stays None."""
+    if text is None:
+        return None
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+@dataclass
+class Replica:
+    dsn: str
+    name: str
+    """How /metrics names it (`replica1`, ...): never the DSN, which may hold a password."""
+    db: Database | None = None
+    up: bool = False
+    replayed: int | None = None
+    lag: float | None = None
+    """Seconds behind the primary at the last check (0 when it has replayed all it got)."""
+    checked_at: float = field(default=0.0)
+
+
+@dataclass
+class Reads:
+    primary: Database
+    replicas: list[Replica]
+    max_lag: float
+    pool_size: int = 10
+    _turn: itertools.count[int] = field(default_factory=itertools.count)
+    _task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(cls, primary: Database, dsns: Sequence[str], max_lag: float,
+           pool_size: int = 10) -> Reads:
+        return cls(primary, [Replica(dsn, f"replica{n}") for n, dsn in enumerate(dsns, 1)],
+                   max_lag, pool_size)
+
+    async def start(self) -> None:
+        """Check every replica once (a replica down at start is simply skipped), then
+        keep checking in the background."""
+        await asyncio.gather(*(self._check(r) for r in self.replicas))
+        self._task = asyncio.create_task(self._watch(), name="read replica checks")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for replica in self.replicas:
+            if replica.db is not None:
+                await replica.db.close()
+
+    def choose(self, written: int | None) -> tuple[Database, str]:
+        """A database for one read-only request of a user whose last write ended at
+        `written` (None: none recorded), and the name of the target."""
+        usable = [r for r in self.replicas
+                  if r.up and r.db is not None and r.lag is not None and r.lag <= self.max_lag
+                  and (written is None or (r.replayed is not None and r.replayed >= written))]
+        if not usable:
+            return self.primary, "primary"
+        chosen = usable[next(self._turn) % len(usable)]
+        assert chosen.db is not None
+        return chosen.db, chosen.name
+
+    async def wrote(self, user_id: str) -> None:
+        """Record that `user_id`'s write (committed before this call) ends at or
+        before the primary's WAL position now."""
+        await self.primary.execute(
+            """
+            INSERT INTO write_positions (user_id, lsn) VALUES ($1, pg_current_wal_lsn())
+            ON CONFLICT (user_id) DO UPDATE SET lsn = greatest(write_positions.lsn,
+                                                                excluded.lsn)
+            """,
+            user_id,
+        )
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_SECONDS)
+            await asyncio.gather(*(self._check(r) for r in self.replicas))
+
+    async def _check(self, replica: Replica) -> None:
+        try:
+            if replica.db is None:
+                replica.db = await asyncio.wait_for(
+                    Database.connect(replica.dsn, min_size=1, max_size=self.pool_size),
+                    _CONNECT_TIMEOUT)
+            row = await asyncio.wait_for(replica.db.fetchrow(
+                """
+                SELECT pg_is_in_recovery() AS standby,
+                       pg_last_wal_replay_lsn()::text AS replayed,
+                       CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+                            ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())
+                       END::float8 AS lag
+                """), _CONNECT_TIMEOUT)
+        except Exception as exc:  # down, unreachable, restarting: skipped until well again
+            if replica.up:
+                log.warning("read replica %s unusable: %s", replica.name, exc)
+            replica.up = False
+            if replica.db is not None and not isinstance(exc, TimeoutError):
+                db, replica.db = replica.db, None
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(db.close(), _CONNECT_TIMEOUT)
+            return
+        assert row is not None
+        if not row["standby"]:
+            # A promoted replica no longer follows the primary's writes.
+            if replica.up:
+                log.warning("read replica %s is not in recovery; skipped", replica.name)
+            replica.up = False
+            return
+        if not replica.up:
+            log.info("read replica %s usable", replica.name)
+        replica.up = True
+        replica.replayed = lsn(row["replayed"])
+        replica.lag = row["lag"] if row["lag"] is not None else 0.0
+        replica.checked_at = time.monotonic()
