@@ -23,10 +23,15 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-from db.database import Database
+import asyncpg
+
+from db.database import Database, Tx
+from kalends.errors import ApiError
 
 log = logging.getLogger("kalends.replicas")
 
@@ -43,12 +48,70 @@ def lsn(text: str | None) -> int | None:
     return (int(high, 16) << 32) | int(low, 16)
 
 
+class OrPrimary(Database):
+    """A replica's pool that falls back to the primary, statement by statement, when
+    the replica is lost (reads can be asked again): a replica that stops between two
+    checks costs no request. A transaction falls back when its connection cannot be
+    had; one whose replica dies halfway fails as it would on the primary."""
+
+    def __init__(self, replica: Replica, pool: asyncpg.Pool, primary: Database) -> None:
+        super().__init__(pool, replica.dsn)
+        self._replica = replica
+        self._primary = primary
+
+    def _lost(self, exc: ApiError) -> None:
+        if exc.code != "service_unavailable":
+            raise exc
+        if self._replica.up:
+            log.warning("read replica %s lost; reading the primary", self._replica.name)
+        self._replica.up = False
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        try:
+            return await super().fetch(sql, *args)
+        except ApiError as exc:
+            self._lost(exc)
+        return await self._primary.fetch(sql, *args)
+
+    async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        try:
+            return await super().fetchrow(sql, *args)
+        except ApiError as exc:
+            self._lost(exc)
+        return await self._primary.fetchrow(sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        try:
+            return await super().fetchval(sql, *args)
+        except ApiError as exc:
+            self._lost(exc)
+        return await self._primary.fetchval(sql, *args)
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        try:
+            return await super().execute(sql, *args)
+        except ApiError as exc:
+            self._lost(exc)
+        return await self._primary.execute(sql, *args)
+
+    @asynccontextmanager
+    async def transaction(self, isolation: str = "read_committed") -> AsyncIterator[Tx]:
+        stack = contextlib.AsyncExitStack()
+        try:
+            tx = await stack.enter_async_context(super().transaction(isolation))
+        except ApiError as exc:
+            self._lost(exc)
+            tx = await stack.enter_async_context(self._primary.transaction(isolation))
+        async with stack:
+            yield tx
+
+
 @dataclass
 class Replica:
     dsn: str
     name: str
     """How /metrics names it (`replica1`, ...): never the DSN, which may hold a password."""
-    db: Database | None = None
+    db: OrPrimary | None = None
     up: bool = False
     replayed: int | None = None
     lag: float | None = None
@@ -118,9 +181,10 @@ class Reads:
     async def _check(self, replica: Replica) -> None:
         try:
             if replica.db is None:
-                replica.db = await asyncio.wait_for(
+                connected = await asyncio.wait_for(
                     Database.connect(replica.dsn, min_size=1, max_size=self.pool_size),
                     _CONNECT_TIMEOUT)
+                replica.db = OrPrimary(replica, connected.pool, self.primary)
             row = await asyncio.wait_for(replica.db.fetchrow(
                 """
                 SELECT pg_is_in_recovery() AS standby,

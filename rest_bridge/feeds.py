@@ -12,6 +12,7 @@ from aiohttp import web
 from kalends import ids
 from kalends.notify import feeds
 from kalends.service.services import OPERATION, SERVICES
+from kalends.web import reads
 
 PATH = "/v1/profiles/{profile_id}/events.ics"
 OPERATION_ID = "getProfileEventsFeed"
@@ -50,7 +51,9 @@ def setup(app: web.Application) -> None:
 
 async def _feed(request: web.Request) -> web.StreamResponse:
     request[OPERATION] = OPERATION_ID
-    db = request.app[SERVICES].db
+    services = request.app[SERVICES]
+    # Public, and read by calendar clients on a schedule: a replica's, when one is up.
+    db = reads.database(services.db, services.reads, None, read_only=True)
     profile, etag = await feeds.version(db, request.match_info["profile_id"])
     headers = {"ETag": etag, "Cache-Control": _CACHE}
     if _matches(request.headers.get("If-None-Match", ""), etag):

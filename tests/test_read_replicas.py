@@ -1,0 +1,212 @@
+"""Reads from a real streaming replica (contract §16): made by tests/replica.py with the
+embedded package's own `pg_basebackup`, attached through KALENDS_READ_DATABASE_URL.
+
+What a user relies on: reads that only read go to the replica and writes never do; after
+their write is answered none of their reads shows an older state, whatever key or
+process they use, even through a replica held seconds behind; a replica that stops
+costs no request, and is used again once it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import asyncpg
+import pytest
+from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
+from replica import Replica, replica_of
+from test_metrics import samples_of, value
+
+from kalends import accounts
+from kalends.service import config
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+DEADLINE = 20.0
+
+
+@pytest.fixture(scope="module")
+def replica(database_url: str) -> Iterator[Replica]:
+    root = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir()))
+    with tempfile.TemporaryDirectory(prefix="kalends-replica-", dir=root) as workdir, \
+            replica_of(database_url, Path(workdir)) as made:
+        yield made
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as made:
+        yield made
+
+
+@pytest.fixture
+def dsn(database_url: str) -> Iterator[str]:
+    """A fresh database of the session's server (replicated like every other)."""
+    with migrated_database(database_url, prefix="kalends_replica") as made:
+        yield made
+
+
+@contextmanager
+def servers(dsn: str, replica: Replica, count: int = 1, **settings: Any
+            ) -> Iterator[list[LiveServer]]:
+    """`count` live servers on the database `dsn`, each reading from `replica`."""
+    name = urlsplit(dsn).path.lstrip("/")
+    chosen = dataclasses.replace(config.load({}), rate_limit=None,
+                                 read_database_urls=(replica.dsn_for(name),), **settings)
+    with ExitStack() as stack:
+        made = []
+        for _ in range(count):
+            server = LiveServer(dsn, settings=chosen)
+            stack.callback(server.close)
+            made.append(server)
+        yield made
+
+
+def _reads(samples: Any, target: str) -> float:
+    return value(samples, "kalends_db_reads_total", target=target)
+
+
+async def _replica_used(server: LiveServer) -> None:
+    """Until the server's check has found the (new or restarted) replica usable."""
+    deadline = time.monotonic() + DEADLINE
+    while not (await samples_of(server)).get(
+            ("kalends_db_replica_up", frozenset({("replica", "replica1")}))):
+        assert time.monotonic() < deadline, "the replica is never used"
+        await asyncio.sleep(0.05)
+
+
+async def _replica_commits(replica: Replica, database: str) -> int:
+    conn = await asyncpg.connect(replica.dsn_for(database))
+    try:
+        return int(await conn.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
+    finally:
+        await conn.close()
+
+
+async def test_reads_go_to_the_replica_and_writes_never(
+        database_url: str, dsn: str, replica: Replica, session: aiohttp.ClientSession
+) -> None:
+    with servers(dsn, replica) as [server]:
+        api = Api(session, server.url)
+        owner, reader = server.create_user(), server.create_user()
+        await _replica_used(server)
+        # Writes: each would fail on the replica (read-only), so each 2xx was the primary's.
+        profile = await new_profile(api, owner)
+        event = await new_event(api, owner, profile)
+        status, body, _ = await api.patch(f"/v1/events/{event['id']}", owner,
+                                          json={"title": "Renamed"})
+        assert status == 200, body
+        await asyncio.to_thread(replica.wait_caught_up, database_url)
+        name = urlsplit(dsn).path.lstrip("/")
+        before_samples = await samples_of(server)
+        before_commits = await _replica_commits(replica, name)
+        # Reads of someone who has written nothing: the replica's.
+        for _ in range(20):
+            status, body, _ = await api.get(f"/v1/events/{event['id']}", reader)
+            assert status == 200 and body["title"] == "Renamed", body
+            status, page, _ = await api.get(f"/v1/profiles/{profile['id']}/events", reader)
+            assert status == 200 and [e["id"] for e in page["data"]] == [event["id"]]
+        after = await samples_of(server)
+        assert _reads(after, "replica1") - _reads(before_samples, "replica1") == 40
+        assert _reads(after, "primary") == _reads(before_samples, "primary")
+        # Counted on the replica itself (its statistics reach pg_stat_database within
+        # a second or so of each transaction).
+        deadline = time.monotonic() + DEADLINE
+        while await _replica_commits(replica, name) < before_commits + 40:
+            assert time.monotonic() < deadline, "the replica did not serve the reads"
+            await asyncio.sleep(0.1)
+
+
+async def test_a_user_reads_their_writes_through_a_replica_held_behind(
+        database_url: str, dsn: str, replica: Replica, session: aiohttp.ClientSession
+) -> None:
+    with servers(dsn, replica, count=2) as [first, second]:
+        one, other = Api(session, first.url), Api(session, second.url)
+        owner = first.create_user()
+        # The same user's second key, used on the second process.
+        second_key = first.admin(accounts.create_key, owner.email)["api_key"]
+        same = User(owner.email, second_key, owner.organization_id, owner.calendar_id,
+                    owner.consumer)
+        stranger = first.create_user()
+        profile = await new_profile(one, owner)
+        event = await new_event(one, owner, profile)
+        await asyncio.to_thread(replica.wait_caught_up, database_url)
+        await _replica_used(second)
+        await asyncio.to_thread(replica.set_apply_delay, 1500)
+        try:
+            stale = 0
+            before = await samples_of(second)
+            for n in range(8):
+                title = f"Version {n}"
+                status, body, _ = await one.patch(f"/v1/events/{event['id']}", owner,
+                                                  json={"title": title})
+                assert status == 200, body
+                # The writer, by its other key on the other process: never older.
+                status, body, _ = await other.get(f"/v1/events/{event['id']}", same)
+                assert status == 200 and body["title"] == title, (n, body)
+                status, page, _ = await other.get(f"/v1/profiles/{profile['id']}/events", same)
+                assert page["data"][0]["title"] == title, (n, page)
+                # Someone else may be shown the replica's older state: the replica is
+                # really behind, so the writer's answers above were no accident.
+                status, seen, _ = await other.get(f"/v1/events/{event['id']}", stranger)
+                assert status == 200
+                stale += seen["title"] != title
+            assert stale > 0
+            after = await samples_of(second)
+            assert _reads(after, "replica1") > _reads(before, "replica1")
+        finally:
+            await asyncio.to_thread(replica.set_apply_delay, 0)
+
+
+async def test_a_replica_that_stops_costs_no_request(
+        database_url: str, dsn: str, replica: Replica, session: aiohttp.ClientSession
+) -> None:
+    with servers(dsn, replica) as [server]:
+        api = Api(session, server.url)
+        owner, reader = server.create_user(), server.create_user()
+        profile = await new_profile(api, owner)
+        event = await new_event(api, owner, profile)
+        await asyncio.to_thread(replica.wait_caught_up, database_url)
+        await _replica_used(server)
+
+        answers: list[int] = []
+        stop = asyncio.Event()
+
+        async def read() -> None:
+            while not stop.is_set():
+                status, _, _ = await api.get(f"/v1/events/{event['id']}", reader)
+                answers.append(status)
+
+        readers = [asyncio.create_task(read()) for _ in range(4)]
+        try:
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(replica.stop)
+            await asyncio.sleep(1.0)
+            # Nothing fails, and the service stays ready.
+            status, _, _ = await api.get("/readyz", None)
+            assert status == 200
+            samples = await samples_of(server)
+            assert not samples.get(("kalends_db_replica_up", frozenset({("replica", "replica1")})))
+        finally:
+            stop.set()
+            await asyncio.gather(*readers)
+            await asyncio.to_thread(replica.start)
+        assert answers and set(answers) == {200}, answers
+        # Back: used again once a check finds it well.
+        await asyncio.to_thread(replica.wait_caught_up, database_url)
+        await _replica_used(server)
+        before = await samples_of(server)
+        status, _, _ = await api.get(f"/v1/events/{event['id']}", reader)
+        assert status == 200
+        assert _reads(await samples_of(server), "replica1") == _reads(before, "replica1") + 1
