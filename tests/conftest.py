@@ -10,13 +10,14 @@ can all call it over TCP.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import secrets
 import shutil
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,18 +71,30 @@ def migrated_database(server_dsn: str, prefix: str = "kalends_test") -> Iterator
         asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
+READ_REPLICA: list[Any] = []
+"""With KALENDS_TEST_READ_REPLICA=1: the streaming replica (tests/replica.py) every
+live server of the session reads from, as KALENDS_READ_DATABASE_URL would make it."""
+
+
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     server = None
     base = os.environ.get("DATABASE_URL")
+    # Not under /root: the embedded server widens its data dir's parents.
+    root = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir()))
     if not base:
-        # Not under /root: the embedded server widens its data dir's parents.
-        root = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir()))
         root.mkdir(parents=True, exist_ok=True)
         base, server = embedded.start(Path(tempfile.mkdtemp(prefix="kalends-test-", dir=root)))
     try:
-        with migrated_database(base) as dsn:
-            yield dsn
+        with ExitStack() as stack:
+            if os.environ.get("KALENDS_TEST_READ_REPLICA") == "1":
+                from replica import replica_of
+
+                workdir = Path(tempfile.mkdtemp(prefix="kalends-test-replica-", dir=root))
+                READ_REPLICA.append(stack.enter_context(replica_of(base, workdir)))
+                stack.callback(READ_REPLICA.clear)
+            with migrated_database(base) as dsn:
+                yield dsn
     finally:
         if server is not None:
             embedded.stop(server)
@@ -104,8 +117,13 @@ class LiveServer:
     """The real application on 127.0.0.1, in a thread with its own loop."""
 
     def __init__(self, dsn: str, **options: Any) -> None:
+        from kalends.service import config
         from kalends.service.app import create_app
 
+        if READ_REPLICA and "settings" not in options:
+            name = urlsplit(dsn).path.lstrip("/")
+            options["settings"] = dataclasses.replace(
+                config.load(), read_database_urls=(READ_REPLICA[0].dsn_for(name),))
         self.app = create_app(dsn, **options)
         self.loop = asyncio.new_event_loop()
         self._runner = web.AppRunner(self.app, access_log=None)
@@ -127,6 +145,15 @@ class LiveServer:
     @property
     def db(self) -> Database:
         return self.app[SERVICES].db
+
+    @property
+    def query_count(self) -> int:
+        """Statements run by the service's requests: on the primary and on the read
+        replicas it may be reading from (KALENDS_TEST_READ_REPLICA)."""
+        services = self.app[SERVICES]
+        replicas = services.reads.replicas if services.reads is not None else []
+        return services.db.query_count + sum(r.db.query_count for r in replicas
+                                             if r.db is not None)
 
     def create_user(self, email: str | None = None, *, name: str | None = None,
                     timezone: str | None = None) -> User:

@@ -613,9 +613,9 @@ async def test_a_constant_number_of_sql_statements(
     live_server: Any, api: Any, user: Any, make_user: Any
 ) -> None:
     async def statements(who: Any, **params: Any) -> int:
-        before = live_server.db.query_count
+        before = live_server.query_count
         await agenda(api, who, **params)
-        return live_server.db.query_count - before  # type: ignore[no-any-return]
+        return live_server.query_count - before  # type: ignore[no-any-return]
 
     day = soon()
     # Authentication, the calendars, then their events.

@@ -157,10 +157,10 @@ async def test_calendar_list_costs_two_queries_whatever_the_page_size(
         await new_calendar(live_server, user, f"Calendar {n}")
 
     async def queries(limit: int) -> int:
-        before = live_server.db.query_count
+        before = live_server.query_count
         status, page, _ = await api.get("/v1/calendars", user, params={"limit": str(limit)})
         assert status == 200 and len(page["data"]) == limit
-        return live_server.db.query_count - before  # type: ignore[no-any-return]
+        return live_server.query_count - before  # type: ignore[no-any-return]
 
     # Authentication, then the page.
     assert await queries(1) == 2
@@ -660,11 +660,11 @@ async def test_calendar_event_list_costs_three_queries_whatever_the_page_size(
     await asyncio.gather(*(create(api, user, title=f"E{n}") for n in range(100)))
 
     async def queries(limit: int) -> int:
-        before = live_server.db.query_count
+        before = live_server.query_count
         status, page, _ = await api.get(events_path(user.calendar_id), user,
                                         params={"limit": str(limit)})
         assert status == 200 and len(page["data"]) == limit
-        return live_server.db.query_count - before  # type: ignore[no-any-return]
+        return live_server.query_count - before  # type: ignore[no-any-return]
 
     # Authentication, the calendar (ownership), then the page.
     assert await queries(1) == 3

@@ -314,11 +314,11 @@ async def test_a_follow_list_page_costs_the_same_whatever_its_size(
             await followed(api, fan, kind, target["id"])
 
     async def queries(limit: int, **params: str) -> int:
-        before = live_server.db.query_count
+        before = live_server.query_count
         status, page, _ = await api.get("/v1/follows", fan,
                                         params={"limit": str(limit), **params})
         assert status == 200 and len(page["data"]) == min(limit, 30 if not params else 10)
-        return live_server.db.query_count - before  # type: ignore[no-any-return]
+        return live_server.query_count - before  # type: ignore[no-any-return]
 
     # Authentication, then the page (target visibility included).
     assert await queries(1) == 2
@@ -428,10 +428,10 @@ async def test_a_followers_page_costs_the_same_whatever_its_size(
     path = f"/v1/profiles/{profile['id']}/followers"
 
     async def queries(limit: int) -> int:
-        before = live_server.db.query_count
+        before = live_server.query_count
         status, page, _ = await api.get(path, owner, params={"limit": str(limit)})
         assert status == 200 and len(page["data"]) == limit
-        return live_server.db.query_count - before  # type: ignore[no-any-return]
+        return live_server.query_count - before  # type: ignore[no-any-return]
 
     # Authentication, the profile (visibility), then the page.
     assert await queries(1) == 3

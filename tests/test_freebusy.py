@@ -895,14 +895,14 @@ async def test_a_constant_number_of_sql_statements(
     window = {"start": f"{day}T00:00:00Z", "end": f"{day + timedelta(days=7)}T00:00:00Z"}
 
     async def statements(**params: Any) -> int:
-        before = live_server.db.query_count
+        before = live_server.query_count
         await free_busy(api, caller, **window, **params)
-        return live_server.db.query_count - before
+        return live_server.query_count - before
 
     async def slot_statements(emails: list[str]) -> int:
-        before = live_server.db.query_count
+        before = live_server.query_count
         await meeting_times(api, caller, **window, emails=emails, duration_minutes=30)
-        return live_server.db.query_count - before
+        return live_server.query_count - before
 
     # Authentication, calendars, their events, everyone's answers; and who is visible.
     assert await statements() == 4

@@ -380,9 +380,9 @@ async def test_a_dashboard_costs_the_same_statements_at_2_and_20_profiles(
                 "recurrence_rule": "FREQ=WEEKLY"})
 
     async def statements() -> tuple[int, dict[str, Any]]:
-        before = live_server.db.query_count
+        before = live_server.query_count
         result = await data(api, owner, DASHBOARD, **window)
-        return live_server.db.query_count - before, result
+        return live_server.query_count - before, result
 
     await add_profiles(2)
     small, result = await statements()

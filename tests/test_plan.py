@@ -153,11 +153,11 @@ async def test_read_operations_make_the_same_sql_statements(
     planned = plan_oracle.PLANNED
 
     async def measure(path: str) -> tuple[int, Any, int]:
-        before = live_server.db.query_count
+        before = live_server.query_count
         status, body, _ = await api.get(path, owner)
         if status != 200:
             del body["error"]["request_id"]
-        return status, body, live_server.db.query_count - before
+        return status, body, live_server.query_count - before
 
     for path in paths:
         monkeypatch.setattr(Plan, "execute", planned)

@@ -296,10 +296,10 @@ async def test_list_page_costs_a_constant_number_of_queries(
     await asyncio.gather(*(new_profile(api, large) for _ in range(100)))
 
     async def queries(u: Any, limit: int) -> int:
-        before = live_server.db.query_count
+        before = live_server.query_count
         status, page, _ = await api.get("/v1/profiles", u, params={"limit": str(limit)})
         assert status == 200 and len(page["data"]) == min(limit, 100 if u is large else 1)
-        return live_server.db.query_count - before  # type: ignore[no-any-return]
+        return live_server.query_count - before  # type: ignore[no-any-return]
 
     # One to authenticate, one for the page: whatever the page size.
     assert await queries(small, 20) == 2
@@ -308,9 +308,9 @@ async def test_list_page_costs_a_constant_number_of_queries(
 
 async def test_retrieve_costs_two_queries(live_server: Any, api: Any, user: Any) -> None:
     profile = await new_profile(api, user)
-    before = live_server.db.query_count
+    before = live_server.query_count
     assert (await api.get(f"/v1/profiles/{profile['id']}", user))[0] == 200
-    assert live_server.db.query_count - before == 2
+    assert live_server.query_count - before == 2
 
 
 async def test_organizations_list(live_server: Any, api: Any, make_user: Any) -> None:

@@ -463,10 +463,10 @@ async def test_a_page_costs_three_statements_whatever_its_size(
         await new_series(api, user, profile, name=w)
 
     async def queries(**params: str) -> tuple[int, Any]:
-        before = live_server.db.query_count
+        before = live_server.query_count
         status, page, _ = await api.get("/v1/search", user, params={"q": w, **params})
         assert status == 200, page
-        return live_server.db.query_count - before, page
+        return live_server.query_count - before, page
 
     # Authentication, the transaction's generic plans, and one statement: titles,
     # and the tiers below them when titles do not fill the page.

@@ -609,7 +609,7 @@ async def test_the_list_pages_in_creation_order(api: Any, make_user: Any, live_s
         _, profile = await publisher(api, make_user)
         made.append((await subscribe(api, fan, subscription_type="profile", profile_id=profile["id"]))["id"])
     assert [s["id"] for s in await walk(api, "/v1/subscriptions", fan, limit=2)] == made
-    before = live_server.db.query_count
+    before = live_server.query_count
     status, page, _ = await api.get("/v1/subscriptions", fan, params={"limit": "100"})
     assert status == 200 and len(page["data"]) == 5
-    assert live_server.db.query_count - before == 2  # authentication, the page
+    assert live_server.query_count - before == 2  # authentication, the page
