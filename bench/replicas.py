@@ -1,0 +1,264 @@
+"""Reads from a streaming replica (contract §16): how many reads it takes, what
+read-your-writes costs, and whether anyone ever reads an older state than their own.
+
+    python bench/replicas.py [--users 20] [--events 20] [--rounds 2] [--requests 2000]
+                             [--concurrency 8] [--pairs 10000]
+
+One embedded PostgreSQL (the primary) and a streaming replica made from it with the
+embedded package's own `pg_basebackup` (tests/replica.py). Two `kalends serve`
+processes on the same database: A reads the primary only, B reads the replica
+(KALENDS_READ_DATABASE_URL) with read-your-writes. `--users` users (made in the
+database), each with a profile of `--events` events through the API.
+
+Each round measures, A then B (A B A B over the rounds), `--requests` requests of a
+read-heavy mix from `--concurrency` clients: each request is one user's, 90 % reads
+(`GET /v1/agenda?days=7`, `GET /v1/profiles/{id}/events?limit=20`, `GET /v1/events/{id}`,
+`GET /v1/free-busy` over 7 days) and 10 % writes (`PATCH /v1/events/{id}`). Printed: the
+share of B's reads the replica served (B's /metrics), each side's p50/p99, and B's p50
+less A's (what read-your-writes and the routing cost per request; the replica is on the
+same 2 cores, so this is the cost, not a saving).
+
+Then the stale-read check: the replica is held 500 ms behind (`recovery_min_apply_delay`)
+and `--pairs` write-then-read pairs run through B from `--concurrency` clients, each
+client one user: PATCH an event's title, then GET it (with the user's second key, for
+a different consumer row than the write's), which must show that title; also GET it as
+a user who never writes, who may be shown the older state (counted, to show the replica
+was behind). Exit status 0 only if every request answered as expected, no pair read
+an older title, and the services stopped cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import harness
+from harness import Result
+
+sys.path.insert(0, str(harness.REPO / "tests"))
+
+from replica import replica_of
+
+
+async def _json(session: aiohttp.ClientSession, method: str, url: str, key: str,
+                expected: int, body: Any = None) -> Any:
+    async with session.request(method, url, json=body,
+                               headers={"Authorization": f"Bearer {key}"}) as response:
+        data = await response.json(content_type=None)
+        if response.status != expected:
+            raise RuntimeError(f"{method} {url} answered {response.status}: {data}")
+        return data
+
+
+async def _people(dsn: str, count: int) -> list[dict[str, str]]:
+    """`count` users in one organization, each with two keys."""
+    from db.database import Database
+    from kalends import accounts
+
+    db = await Database.connect(dsn, min_size=1, max_size=4)
+    try:
+        tag = secrets.token_hex(3)
+        people = []
+        first = None
+        for i in range(count):
+            made = await accounts.create_user(db, f"replica-{tag}-{i}@example.com", None, None)
+            if first is None:
+                first = made["organization_id"]
+            else:
+                await accounts.add_member(db, first, made["email"], "member")
+            second = await accounts.create_key(db, made["email"])
+            people.append({"email": made["email"], "key": made["api_key"],
+                           "key2": second["api_key"]})
+        return people
+    finally:
+        await db.close()
+
+
+async def _seed(session: aiohttp.ClientSession, url: str, people: list[dict[str, str]],
+                events: int) -> None:
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
+    for n, person in enumerate(people):
+        profile = await _json(session, "POST", f"{url}/v1/profiles", person["key"], 201, {
+            "platform_id": f"replica-{secrets.token_hex(4)}", "display_name": f"P{n}"})
+        person["profile"] = profile["id"]
+        ids = []
+        for i in range(events):
+            at = start + timedelta(hours=5 * i)
+            made = await _json(session, "POST", f"{url}/v1/profiles/{profile['id']}/events",
+                               person["key"], 201, {
+                                   "title": f"Event {i}", "start_timezone": "UTC",
+                                   "start_time": at.strftime("%Y-%m-%dT%H:%M:%SZ")})
+            ids.append(made["id"])
+        person["events"] = ",".join(ids)
+
+
+def _request(url: str, person: dict[str, str], rng: random.Random
+             ) -> tuple[str, str, Any, str]:
+    """One request of the mix: (method, url, body, key)."""
+    events = person["events"].split(",")
+    if rng.random() < 0.1:
+        return ("PATCH", f"{url}/v1/events/{rng.choice(events)}",
+                {"title": f"t{rng.randrange(10**9)}"}, person["key"])
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    window = (f"start={start:%Y-%m-%dT%H:%M:%SZ}"
+              f"&end={start + timedelta(days=7):%Y-%m-%dT%H:%M:%SZ}")
+    path = rng.choice([
+        "/v1/agenda?days=7", f"/v1/profiles/{person['profile']}/events?limit=20",
+        f"/v1/events/{rng.choice(events)}", f"/v1/free-busy?{window}"])
+    return "GET", url + path, None, person["key"]
+
+
+async def _mix(session: aiohttp.ClientSession, url: str, name: str,
+               people: list[dict[str, str]], total: int, concurrency: int, seed: int
+               ) -> Result:
+    result = Result(name)
+    rng = random.Random(seed)
+    plan = [_request(url, rng.choice(people), rng) for _ in range(total)]
+    queue = iter(plan)
+
+    async def client() -> None:
+        for method, target, body, key in queue:
+            started = time.perf_counter()
+            async with session.request(method, target, json=body,
+                                       headers={"Authorization": f"Bearer {key}"}) as r:
+                await r.read()
+            result.latencies.append(time.perf_counter() - started)
+            result.statuses[r.status] += 1
+
+    began = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    result.wall = time.perf_counter() - began
+    print(f"measured {name}: {result.count} requests in {result.wall:.1f} s", flush=True)
+    return result
+
+
+async def _reads_by_target(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    async with session.get(f"{url}/metrics") as response:
+        text = await response.text()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("kalends_db_reads_total{"):
+            target = line.split('target="', 1)[1].split('"', 1)[0]
+            found[target] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+async def _pairs(session: aiohttp.ClientSession, url: str, people: list[dict[str, str]],
+                 reader: dict[str, str], total: int, concurrency: int
+                 ) -> tuple[int, int, int, int]:
+    """(pairs done, pairs that read an older title, reads of the non-writer, those of
+    them that showed an older title)."""
+    done = stale = others = others_stale = 0
+    writers = people[:concurrency]
+
+    async def client(person: dict[str, str]) -> None:
+        nonlocal done, stale, others, others_stale
+        event = person["events"].split(",")[0]
+        while done < total:
+            done += 1
+            title = f"pair-{secrets.token_hex(4)}"
+            await _json(session, "PATCH", f"{url}/v1/events/{event}", person["key"], 200,
+                        {"title": title})
+            seen = await _json(session, "GET", f"{url}/v1/events/{event}", person["key2"], 200)
+            stale += seen["title"] != title
+            if done % 10 == 0:
+                shown = await _json(session, "GET", f"{url}/v1/events/{event}",
+                                    reader["key"], 200)
+                others += 1
+                others_stale += shown["title"] != title
+
+    await asyncio.gather(*(client(p) for p in writers))
+    return done, stale, others, others_stale
+
+
+async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Namespace
+                     ) -> list[Result]:
+    async with harness.database_url() as dsn:
+        people = await _people(dsn, args.users + 1)
+        reader, people = people[-1], people[:-1]
+        await _seed(session, url, people, args.events)
+        root = Path(tempfile.mkdtemp(prefix="kalends-bench-replica-", dir="/tmp"))
+        with replica_of(dsn, root) as replica:
+            env = dict(harness._SERVICE_ENV, DATABASE_URL=dsn, KALENDS_JOBS="off",
+                       KALENDS_READ_DATABASE_URL=replica.dsn_for("postgres"))
+            # KALENDS_DATA_DIR stays: B finds A's secret.key there (DATABASE_URL wins
+            # over the embedded server).
+            b = harness.Service(env, harness.subdir(root, "b"))
+            try:
+                b.wait_ready()
+                return await _measure(session, url, b.url, people, reader, replica, dsn,
+                                      args)
+            finally:
+                b.stop()
+
+
+async def _measure(session: aiohttp.ClientSession, a_url: str, b_url: str,
+                   people: list[dict[str, str]], reader: dict[str, str], replica: Any,
+                   dsn: str, args: argparse.Namespace) -> list[Result]:
+    await asyncio.to_thread(replica.wait_caught_up, dsn)
+    results: list[Result] = []
+    shares = []
+    for round_ in range(args.rounds):
+        seed = 1000 + round_
+        for side, url in (("A primary only", a_url), ("B with a replica", b_url)):
+            await _mix(session, url, "warm-up", people, args.requests // 10,
+                       args.concurrency, seed + 7)
+            before = await _reads_by_target(session, b_url)
+            results.append(await _mix(session, url, f"{side} #{round_ + 1}", people,
+                                      args.requests, args.concurrency, seed))
+            if url == b_url:
+                after = await _reads_by_target(session, b_url)
+                replica_reads = after.get("replica1", 0) - before.get("replica1", 0)
+                primary_reads = after.get("primary", 0) - before.get("primary", 0)
+                shares.append(replica_reads / max(1, replica_reads + primary_reads))
+    a = [r for r in results if r.name.startswith("A")]
+    b = [r for r in results if r.name.startswith("B")]
+    print("\nmix (90 % reads), median over rounds:")
+    print(f"  A primary only    p50 {statistics.median(r.percentile(50) for r in a):6.2f} ms"
+          f"  p99 {statistics.median(r.percentile(99) for r in a):6.2f} ms")
+    print(f"  B with a replica  p50 {statistics.median(r.percentile(50) for r in b):6.2f} ms"
+          f"  p99 {statistics.median(r.percentile(99) for r in b):6.2f} ms")
+    costs = [y.percentile(50) - x.percentile(50) for x, y in zip(a, b, strict=True)]
+    print(f"  B p50 - A p50 per round: {', '.join(f'{c:+.2f}' for c in costs)} ms "
+          "(goal: read-your-writes at most +0.3 ms)")
+    print(f"  reads the replica served, per round: {', '.join(f'{s:.1%}' for s in shares)} "
+          "(goal: at least 85 %)")
+
+    await asyncio.to_thread(replica.set_apply_delay, 500)
+    began = time.perf_counter()
+    done, stale, others, others_stale = await _pairs(session, b_url, people, reader, args.pairs,
+                                       args.concurrency)
+    took = time.perf_counter() - began
+    await asyncio.to_thread(replica.set_apply_delay, 0)
+    print(f"\nreplica 500 ms behind: {done} write-then-read pairs in {took:.1f} s, "
+          f"{stale} read an older state (goal: 0); a user who never writes was shown an "
+          f"older title in {others_stale} of {others} reads")
+    if stale:
+        raise RuntimeError(f"{stale} stale reads")
+    return results
+
+
+def main() -> int:
+    args = harness.options(__doc__ or "", {
+        "users": (20, "users, each with a profile"),
+        "events": (20, "events per profile"),
+        "rounds": (2, "A B rounds"),
+        "requests": (2000, "requests of the mix per side and round"),
+        "concurrency": (8, "concurrent clients"),
+        "pairs": (10000, "write-then-read pairs through the delayed replica"),
+    })
+    return harness.run(_benchmark, args, f"{args.users} users, {args.rounds} A B rounds")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
