@@ -65,14 +65,18 @@ async def stats(db: Database, event_ids: Sequence[str]) -> list[asyncpg.Record]:
     )
 
 
-async def by_key(tx: Tx, event_id: str, user_id: str, email: str | None) -> asyncpg.Record | None:
-    return await tx.fetchrow(
+async def by_keys(tx: Tx, event_id: str, user_id: str, keys: Sequence[str]
+                  ) -> list[asyncpg.Record]:
+    """The user's RSVPs of the event whose key (lower(attendee_email), '' for none)
+    is one of `keys`, oldest first."""
+    return await tx.fetch(
         f"""
         SELECT {_COLUMNS} FROM rsvps r
         WHERE r.event_id = $1 AND r.user_id = $2
-          AND coalesce(lower(r.attendee_email), '') = coalesce(lower($3::text), '')
+          AND coalesce(lower(r.attendee_email), '') = ANY($3::text[])
+        ORDER BY r.created_at, r.id
         """,
-        event_id, user_id, email,
+        event_id, user_id, list(keys),
     )
 
 

@@ -41,7 +41,7 @@ class RsvpUpdate(Body):
 
 class RsvpCreate(Body):
     """The caller's answer. Posting again with the same attendee_email (or none)
-    replaces the caller's earlier answer."""
+    replaces the caller's earlier answer; the caller's own address counts as none."""
 
     status: Status
     attendee_email: Email | None = None
@@ -81,7 +81,14 @@ async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate,
     """Create or replace the caller's RSVP; returns it and whether it is new."""
     async with db.transaction() as tx:
         event = await _lock(tx, event_id)
-        existing = await store.by_key(tx, event_id, viewer.user_id, data.attendee_email)
+        found = await store.by_keys(tx, event_id, viewer.user_id,
+                                    answer_keys(viewer, data.attendee_email))
+        existing = found[0] if found else None
+        for twin in found[1:]:
+            # The caller's answer with no address and the one with their own
+            # address, both written before the two were one key: the oldest remains.
+            await _record(tx, render, "rsvp.deleted", event, twin)
+            await store.delete(tx, twin["id"])
         status = await _admit(tx, event, data.status, data.num_guests, existing)
         values = data.model_dump()
         values["status"] = status
@@ -91,6 +98,15 @@ async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate,
             row = await store.update(tx, existing["id"], values)
         await _record(tx, render, "rsvp.updated" if existing else "rsvp.created", event, row)
         return row, existing is None
+
+
+def answer_keys(viewer: Viewer, attendee_email: str | None) -> tuple[str, ...]:
+    """The keys (lower(attendee_email), '' for none) of the answers an answer
+    replaces. The caller's own address, in any case, is the caller's own answer
+    as no address is: the two are one RSVP, never two answers of one person."""
+    key = attendee_email.lower() if attendee_email is not None else ""
+    own = viewer.email.lower() if viewer.email else None
+    return ("", own) if own is not None and key in ("", own) else (key,)
 
 
 async def change(db: Database, rsvp: asyncpg.Record, data: RsvpUpdate,
