@@ -4,6 +4,9 @@ from kalends.registry import Mcp, Operation, register
 from kalends.rsvps import RsvpCreate, RsvpSettingsUpdate, RsvpUpdate
 
 RSVP_ID = path_id("rsvp_id", "rsvp", "RSVP")
+# Not "RSVPs": client generators make snake_case modules of tags, and "RSVPs"
+# became `rsv_ps`. The MCP toolset (the tag in lower case) is `rsvps` either way.
+TAG = "Rsvps"
 
 RSVP_FIELDS = """
 fragment RsvpFields on Rsvp {
@@ -17,7 +20,7 @@ register(
         name="listEventRsvps",
         method="GET",
         path="/v1/events/{event_id}/rsvps",
-        tag="RSVPs",
+        tag=TAG,
         summary="List an event's RSVPs",
         params=(EVENT_ID, *PAGE),
         document=f"""
@@ -43,7 +46,7 @@ register(
         name="createEventRsvp",
         method="POST",
         path="/v1/events/{event_id}/rsvps",
-        tag="RSVPs",
+        tag=TAG,
         summary="Create or replace the caller's RSVP",
         params=(EVENT_ID,),
         body=RsvpCreate,
@@ -74,7 +77,7 @@ register(
         name="updateEventRsvp",
         method="PATCH",
         path="/v1/events/{event_id}/rsvps/{rsvp_id}",
-        tag="RSVPs",
+        tag=TAG,
         summary="Update an RSVP",
         params=(EVENT_ID, RSVP_ID),
         body=RsvpUpdate,
@@ -99,7 +102,7 @@ register(
         name="deleteEventRsvp",
         method="DELETE",
         path="/v1/events/{event_id}/rsvps/{rsvp_id}",
-        tag="RSVPs",
+        tag=TAG,
         summary="Withdraw an RSVP",
         params=(EVENT_ID, RSVP_ID),
         document="""
@@ -123,7 +126,7 @@ register(
         name="getEventRsvpStats",
         method="GET",
         path="/v1/events/{event_id}/rsvps/stats",
-        tag="RSVPs",
+        tag=TAG,
         summary="Counts of an event's RSVPs",
         params=(EVENT_ID,),
         document=f"""
@@ -145,7 +148,7 @@ register(
         name="getEventRsvpSettings",
         method="GET",
         path="/v1/events/{event_id}/rsvp-settings",
-        tag="RSVPs",
+        tag=TAG,
         summary="An event's RSVP settings",
         params=(EVENT_ID,),
         document=f"""
@@ -164,7 +167,7 @@ register(
         name="updateEventRsvpSettings",
         method="PATCH",
         path="/v1/events/{event_id}/rsvp-settings",
-        tag="RSVPs",
+        tag=TAG,
         summary="Update an event's RSVP settings",
         params=(EVENT_ID,),
         body=RsvpSettingsUpdate,
