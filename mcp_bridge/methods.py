@@ -34,7 +34,11 @@ INSTRUCTIONS = (
     "ser_, cal_, ...): pass them exactly as a previous result gave them. List tools return "
     "{data, has_more, next_cursor}; while has_more is true, call again with "
     "cursor=next_cursor. A failed call is an isError result whose structuredContent is "
-    "{error: {type, code, message, param?, request_id}}: act on code and param."
+    "{error: {type, code, message, param?, request_id}}: act on code and param. "
+    "To spend less context, ask for less: tools that answer a resource or a page of them "
+    "take `fields` (e.g. [\"title\", \"start_time\"]: only those and id), and list tools "
+    "a smaller `limit`. A result holds at most 100,000 characters: a page past it ends early "
+    "(has_more true, next_cursor resumes right after its last item)."
 )
 # caching.mdx: the tool list is the same for every caller; it changes only on deploy.
 _CACHE_HINTS: dict[str, Any] = {"ttlMs": 300_000, "cacheScope": "public"}

@@ -4,6 +4,7 @@ narrowed to a request's toolsets (toolsets.py)."""
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import logging
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from multidict import MultiMapping
 
 from kalends import registry
 from kalends.errors import ApiError, internal_error
+from kalends.registry import narrow
 from mcp_bridge import schemas, toolsets
 from mcp_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_bridge.toolsets import Selection
@@ -100,8 +102,8 @@ def _tool(op: Operation) -> dict[str, Any]:
     tool = {
         "name": op.name,
         "title": op.mcp.title,
-        "description": op.mcp.description,
-        "inputSchema": schemas.compact(op.tool_input_schema()),
+        "description": _description(op),
+        "inputSchema": schemas.compact(input_schema(op)),
         "annotations": tool_annotations(op),
     }
     output = output_schema(op)
@@ -125,12 +127,51 @@ def tool_annotations(op: Operation) -> dict[str, Any]:
     return hints
 
 
+def _description(op: Operation) -> str:
+    found = op.resource
+    if found is None:
+        return op.mcp.description
+    if found.page:
+        return (f"{op.mcp.description} Read less with `fields` (e.g. {_example(found)}) "
+                "and a smaller `limit`.")
+    return f"{op.mcp.description} `fields` narrows the answer."
+
+
+def _example(found: narrow.Resource) -> str:
+    """A `fields` value to show: the resource's title or name, and a time if it has one."""
+    named = [f for f in ("title", "name", "display_name") if f in found.fields][:1]
+    timed = [f for f in ("start_time", "created_at") if f in found.fields][:1]
+    return orjson.dumps(named + timed or list(found.fields[1:2])).decode()
+
+
+def input_schema(op: Operation) -> dict[str, Any]:
+    """The registry's flat arguments, and `fields` for a tool that answers a resource."""
+    schema = op.tool_input_schema()
+    found = op.resource
+    if found is not None:
+        # The names are the outputSchema's (an enum here would list them twice).
+        schema["properties"]["fields"] = {
+            "type": "array", "items": {"type": "string"}, "minItems": 1, "uniqueItems": True,
+            "description": "Only these top-level fields of the "
+                           f"{'items' if found.page else 'answer'} (and id), as outputSchema "
+                           "names them; all by default.",
+        }
+    return schema
+
+
 def output_schema(op: Operation) -> dict[str, Any] | None:
     """What `structuredContent` holds on success, as the registry says it: the REST
-    body, or the no-body status. The catalogue lists it compacted."""
+    body, or the no-body status. The catalogue lists it compacted. A resource only
+    requires its `id`, so that an answer narrowed by `fields` conforms."""
     if op.no_body_status is None:
         # The REST response schema, which the schemathesis suite holds REST bodies to.
-        return op.response_schema
+        found = op.resource
+        if found is None or op.response_schema is None:
+            return op.response_schema
+        schema = copy.deepcopy(op.response_schema)
+        target = schema["properties"]["data"]["items"] if found.page else schema
+        target["required"] = ["id"]
+        return schema
     return {
         "type": "object",
         "properties": {"status": {"type": "string", "const": op.no_body_status}},
@@ -180,13 +221,71 @@ async def call(
     try:
         if limit is not None:
             limit.enforce()
-        body = await registry.call_flat(app, viewer, op, arguments, request_id)
+        fields = None
+        if op.resource is not None and "fields" in arguments:
+            arguments = dict(arguments)
+            fields = narrow.check(op.resource, arguments.pop("fields"))
+        body = await registry.call_flat(app, viewer, op, arguments, request_id, fields)
+        result = _tool_result(body if body is not None else {"status": op.no_body_status},
+                              is_error=False)
+        if size(result) > MAX_RESULT_CHARACTERS:
+            result = await _cut(app, viewer, op, arguments, request_id, fields, body)
     except ApiError as exc:
         return _tool_result(exc.envelope(request_id), is_error=True)
     except Exception:
         _log.exception("tool failed", extra={"operation": name, "request_id": request_id})
         return _tool_result(internal_error().envelope(request_id), is_error=True)
-    return _tool_result(body if body is not None else {"status": op.no_body_status}, is_error=False)
+    return result
+
+
+MAX_RESULT_CHARACTERS = 100_000
+"""What one tool result may hold: its text blocks and its structuredContent as compact
+JSON, together (contract §8)."""
+
+
+def size(result: dict[str, Any]) -> int:
+    """The characters a result holds, as sent: text blocks and compact structuredContent."""
+    text = sum(len(block["text"]) for block in result["content"] if block["type"] == "text")
+    return text + len(orjson.dumps(result["structuredContent"]).decode())
+
+
+async def _cut(app: web.Application, viewer: Viewer, op: Operation, arguments: dict[str, Any],
+               request_id: str, fields: frozenset[str] | None, body: Any) -> dict[str, Any]:
+    """A result within the bound: a page ends early at the last item that fits (asked
+    again with that `limit`, so that its next_cursor resumes right after it: nothing
+    skipped, nothing repeated); a single resource past it is `response_too_large`."""
+    found = op.resource
+    pageable = found is not None and found.page and "limit" in op.query_model.model_fields
+    items = body.get("data") if pageable and isinstance(body, dict) else None
+    fits = _items_that_fit(body, items) if items else 0
+    while fits > 0:
+        smaller = await registry.call_flat(app, viewer, op, {**arguments, "limit": fits},
+                                           request_id, fields)
+        result = _tool_result(smaller, is_error=False)
+        if size(result) <= MAX_RESULT_CHARACTERS:
+            return result
+        fits -= 1  # the items changed meanwhile: one fewer
+    example = _example(found) if found is not None else "fewer fields"
+    raise ApiError(
+        "response_too_large",
+        f"The answer would hold more than the {MAX_RESULT_CHARACTERS:,} characters a tool "
+        f"result may hold. Ask for less: `fields` (e.g. {example}) keeps only those fields"
+        + (", and a smaller `limit` fewer items." if pageable else "."),
+        param="fields" if found is not None else None)
+
+
+def _items_that_fit(body: dict[str, Any], items: list[Any]) -> int:
+    """How many of the page's first items fit in a result, its cursor included."""
+    cursor = body.get("next_cursor") or "x" * 200
+    empty = _tool_result({**body, "data": [], "has_more": True, "next_cursor": cursor},
+                         is_error=False)
+    used = size(empty)
+    for n, item in enumerate(items):
+        # Each item twice (text block, structuredContent), with its comma.
+        used += 2 * (len(orjson.dumps(item).decode()) + (1 if n else 0))
+        if used > MAX_RESULT_CHARACTERS:
+            return n
+    return len(items)
 
 
 def _tool_result(structured: dict[str, Any], *, is_error: bool) -> dict[str, Any]:

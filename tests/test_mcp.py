@@ -20,7 +20,13 @@ from kalends import accounts
 from kalends.registry import OPERATIONS
 from mcp_bridge.jsonrpc import RpcError
 from mcp_bridge.schemas import compact
-from mcp_bridge.tools import build_catalogue, list_page, tool_annotations
+from mcp_bridge.tools import (
+    build_catalogue,
+    input_schema,
+    list_page,
+    output_schema,
+    tool_annotations,
+)
 
 MODERN = "2026-07-28"
 MISSING_PROFILE = "prf_" + "0" * 32
@@ -184,16 +190,23 @@ async def test_tools_mirror_the_registry(api: Any, user: Any) -> None:
     tools = [tool for page in await _list_pages(api, user, modern=True) for tool in page["tools"]]
     for tool, op in zip(tools, OPERATIONS.values(), strict=True):
         output = tool.pop("outputSchema")
+        description = tool.pop("description")
+        assert description.startswith(op.mcp.description)
         assert tool == {
             "name": op.name,
             "title": op.mcp.title,
-            "description": op.mcp.description,
-            "inputSchema": compact(op.tool_input_schema()),
+            "inputSchema": compact(input_schema(op)),
             "annotations": tool_annotations(op),
         }
+        if op.resource is not None:
+            # `fields` on every tool that answers a resource, and said in its description.
+            assert tool["inputSchema"]["properties"]["fields"]["type"] == "array"
+            assert "`fields`" in description
+            if op.resource.page:
+                assert "`limit`" in description
         if op.no_body_status is None:
             assert op.response_schema is not None
-            assert output == compact(op.response_schema)
+            assert output == compact(output_schema(op))
         else:
             assert output["properties"]["status"]["const"] == op.no_body_status
 

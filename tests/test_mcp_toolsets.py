@@ -127,7 +127,7 @@ def test_instructions_name_every_toolset() -> None:
 
 def _registered(op: Operation) -> list[tuple[str, dict[str, Any]]]:
     """The registry's own schemas of a tool: what tools/list listed before compaction."""
-    out = [("inputSchema", op.tool_input_schema())]
+    out = [("inputSchema", tools.input_schema(op))]
     output = tools.output_schema(op)
     if output is not None:
         out.append(("outputSchema", output))

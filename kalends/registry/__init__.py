@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from graph.plan import Plan, Unsupported, compile_operation
 from kalends.errors import ApiError, internal_error
+from kalends.registry import narrow
 from kalends.validation import Location
 from kalends.validation import validate as validate_model
 
@@ -128,6 +129,14 @@ class Operation:
     @property
     def response_schema(self) -> dict[str, Any] | None:
         return self._prepared.get("response_schema")
+
+    @property
+    def resource(self) -> narrow.Resource | None:
+        """The resource the operation answers (one, or a page of them), which MCP's
+        `fields` narrows; None for an answer that is no resource."""
+        if "resource" not in self._prepared:
+            self._prepared["resource"] = narrow.resource(self.response_schema, self.result)
+        return self._prepared["resource"]  # type: ignore[no-any-return]
 
     def tool_input_schema(self) -> dict[str, Any]:
         """One flat object: path parameters, query parameters and body fields."""
@@ -254,8 +263,13 @@ def compile_document(schema: GraphQLSchema, name: str, source: str
         raise InvalidDocument([f"{name}: cannot be compiled into a plan: {e}"]) from None
 
 
+NARROWED: list[narrow.Narrowed] = []
+"""The narrowed plans of the schema `prepare` compiled the documents for."""
+
+
 def prepare(schema: GraphQLSchema) -> None:
     """Parse and validate every document against the schema; fail loudly."""
+    NARROWED[:] = [narrow.Narrowed(schema)]
     problems: list[str] = []
     for op in OPERATIONS.values():
         try:
@@ -339,9 +353,16 @@ async def execute(plan: Plan, name: str, variables: dict[str, Any], context: Con
     return result.data
 
 
-async def run(op: Operation, variables: dict[str, Any], context: Context) -> tuple[Any, int]:
-    """Execute the pre-validated document; return the REST body and status."""
-    data = await execute(op.plan, op.name, variables, context)
+async def run(op: Operation, variables: dict[str, Any], context: Context,
+              fields: frozenset[str] | None = None) -> tuple[Any, int]:
+    """Execute the pre-validated document (narrowed to the resource's `fields`, when
+    given: `narrow.check`'s); return the REST body and status."""
+    plan = op.plan
+    if fields is not None:
+        found = op.resource
+        assert found is not None and NARROWED, "fields only for a resource, after prepare()"
+        plan = NARROWED[0].plan(op.name, op.document, found, fields)
+    data = await execute(plan, op.name, variables, context)
     if op.result is None:
         return None, op.status
     status = op.status
@@ -373,14 +394,14 @@ def _drop_nulls(data: Any, keys: list[str]) -> None:
 
 
 async def call_flat(app: Any, viewer: Any, op: Operation, arguments: dict[str, Any],
-                    request_id: str) -> Any:
+                    request_id: str, fields: frozenset[str] | None = None) -> Any:
     """Run an operation from MCP's flat arguments; returns the REST body or None."""
     from graph.context import Context
     from kalends.service.services import SERVICES
 
     variables = bind_flat(op, arguments)
     body, _ = await run(op, variables, Context(app[SERVICES], viewer, request_id,
-                                               read_only=op.mcp.read_only))
+                                               read_only=op.mcp.read_only), fields)
     return body
 
 

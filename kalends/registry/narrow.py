@@ -1,0 +1,194 @@
+"""An operation's document narrowed to the fields a caller asks for (MCP's `fields`,
+contract §8): what an agent pays for is context, and every tool is a GraphQL document,
+so the answer can hold exactly the resource's fields it needs.
+
+The resource is what the operation answers: its REST body when that is an object with
+an `id` (a get, a create, an update), or the items of its page (`data` of a body with
+`data`, `has_more` and `next_cursor`). Narrowing keeps, in the resource's selection,
+the top-level fields asked for and `id`, each with its whole sub-selection, and drops
+the rest (fragments inlined at that level, unused ones dropped). A narrowed document is
+compiled into a plan once and kept, per operation and set of fields, a bounded number
+of them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from graphql import (
+    DocumentNode,
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLSchema,
+    InlineFragmentNode,
+    Node,
+    OperationDefinitionNode,
+    SelectionSetNode,
+    VariableNode,
+    Visitor,
+    parse,
+    print_ast,
+    visit,
+)
+
+from graph.plan import Plan
+from kalends.errors import ApiError
+
+MAX_PLANS = 512
+"""Narrowed plans kept, over every operation (the least recently used go first)."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where an operation's resource is, and what it holds."""
+
+    path: tuple[str, ...]
+    """Response keys from the result's root to the resource (a page's: to `data`)."""
+    page: bool
+    fields: tuple[str, ...]
+    """Its top-level fields, in the document's order."""
+
+
+def resource(response_schema: dict[str, Any] | None, result: str | None) -> Resource | None:
+    """The operation's resource, from its REST body's schema; None when it answers no
+    resource (no body, or one without an `id`: an agenda, free/busy, stats)."""
+    if response_schema is None or result is None:
+        return None
+    path = tuple(result.split("."))
+    properties = response_schema.get("properties", {})
+    if {"data", "has_more", "next_cursor"} <= set(properties):
+        items = properties["data"].get("items", {})
+        if "id" in items.get("properties", {}):
+            return Resource((*path, "data"), True, tuple(items["properties"]))
+        return None
+    if "id" in properties:
+        return Resource(path, False, tuple(properties))
+    return None
+
+
+def check(found: Resource, fields: Any) -> frozenset[str]:
+    """The fields asked for (`id` always among them), or `invalid_field`."""
+    valid = ", ".join(found.fields)
+    if not isinstance(fields, list) or not fields or \
+            not all(isinstance(f, str) for f in fields):
+        raise ApiError("invalid_field", f"`fields` must be a non-empty array of field names "
+                       f"of the resource: {valid}.", param="fields", details={"value": fields})
+    unknown = [f for f in fields if f not in found.fields]
+    if unknown:
+        raise ApiError("invalid_field", f"Unknown field{'s' if len(unknown) > 1 else ''} "
+                       f"{', '.join(unknown)} in `fields`; the resource's fields are: {valid}.",
+                       param="fields", details={"value": unknown[0]})
+    return frozenset({*fields, "id"})
+
+
+class Narrowed:
+    """The narrowed plans of every operation, compiled on first use and kept."""
+
+    def __init__(self, schema: GraphQLSchema, max_plans: int = MAX_PLANS) -> None:
+        self._schema = schema
+        self._max = max_plans
+        self._plans: OrderedDict[tuple[str, frozenset[str]], Plan] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def plan(self, name: str, document: str, found: Resource, fields: frozenset[str]) -> Plan:
+        key = (name, fields)
+        plan = self._plans.get(key)
+        if plan is not None:
+            self._plans.move_to_end(key)
+            return plan
+        from kalends.registry import compile_document
+
+        text = print_ast(narrow(parse(document), found.path, fields))
+        _, plan = compile_document(self._schema, name, text)
+        self._plans[key] = plan
+        while len(self._plans) > self._max:
+            self._plans.popitem(last=False)
+        return plan
+
+
+def narrow(document: DocumentNode, path: Sequence[str], keep: Iterable[str]) -> DocumentNode:
+    """`document` with the selection at `path` (response keys from the operation's
+    root) holding only the fields whose response keys are in `keep`."""
+    keep = frozenset(keep)
+    fragments = {d.name.value: d for d in document.definitions
+                 if isinstance(d, FragmentDefinitionNode)}
+    operation = next(d for d in document.definitions if isinstance(d, OperationDefinitionNode))
+    selection = _narrowed(operation.selection_set, list(path), keep, fragments)
+    used = _spread(selection, fragments, set())
+    kept = tuple(fragments[name] for name in fragments if name in used)
+    # Variables only the dropped fields used go too (a document must use each one);
+    # a request may still send them: they are then ignored.
+    variables = _variables((selection, *(f.selection_set for f in kept),
+                            *(operation.directives or ())))
+    operation = OperationDefinitionNode(
+        operation=operation.operation, name=operation.name,
+        variable_definitions=tuple(v for v in operation.variable_definitions or ()
+                                   if v.variable.name.value in variables),
+        directives=operation.directives, selection_set=selection)
+    return DocumentNode(definitions=(operation, *kept))
+
+
+def _variables(nodes: Iterable[Node]) -> set[str]:
+    found: set[str] = set()
+
+    class _Used(Visitor):
+        def enter_variable(self, node: VariableNode, *_: Any) -> None:
+            found.add(node.name.value)
+
+    for node in nodes:
+        visit(node, _Used())
+    return found
+
+
+def _narrowed(selection: SelectionSetNode, path: list[str], keep: frozenset[str],
+              fragments: dict[str, FragmentDefinitionNode]) -> SelectionSetNode:
+    fields = _fields(selection, fragments)
+    if not path:
+        return SelectionSetNode(selections=tuple(f for f in fields if _key(f) in keep))
+    out = []
+    for node in fields:
+        if _key(node) == path[0]:
+            assert node.selection_set is not None
+            node = FieldNode(alias=node.alias, name=node.name, arguments=node.arguments,
+                             directives=node.directives,
+                             selection_set=_narrowed(node.selection_set, path[1:], keep,
+                                                     fragments))
+        out.append(node)
+    return SelectionSetNode(selections=tuple(out))
+
+
+def _fields(selection: SelectionSetNode, fragments: dict[str, FragmentDefinitionNode]
+            ) -> list[FieldNode]:
+    """The fields of one level, fragments inlined (the resources' types are objects)."""
+    out: list[FieldNode] = []
+    for node in selection.selections:
+        if isinstance(node, FieldNode):
+            out.append(node)
+        elif isinstance(node, FragmentSpreadNode):
+            out.extend(_fields(fragments[node.name.value].selection_set, fragments))
+        elif isinstance(node, InlineFragmentNode):
+            out.extend(_fields(node.selection_set, fragments))
+    return out
+
+
+def _spread(selection: SelectionSetNode | None, fragments: dict[str, FragmentDefinitionNode],
+            found: set[str]) -> set[str]:
+    """The fragments `selection` spreads, directly or through others."""
+    for node in selection.selections if selection is not None else ():
+        if isinstance(node, FragmentSpreadNode):
+            if node.name.value not in found:
+                found.add(node.name.value)
+                _spread(fragments[node.name.value].selection_set, fragments, found)
+        elif isinstance(node, FieldNode | InlineFragmentNode):
+            _spread(node.selection_set, fragments, found)
+    return found
+
+
+def _key(node: FieldNode) -> str:
+    return node.alias.value if node.alias else node.name.value
