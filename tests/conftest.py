@@ -14,6 +14,7 @@ import dataclasses
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -41,6 +42,20 @@ T = TypeVar("T")
 
 # Every registry call in this process is checked against graphql-core (tests/plan_oracle.py).
 plan_oracle.install(_graph_schema.schema._schema)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # One Ctrl-C stops the run (tests/test_suite_interrupt.py). asyncio.Runner, when
+    # it finds Python's own SIGINT handler, replaces it with one that only cancels the
+    # task it runs, leaving the second Ctrl-C to stop; it leaves any other handler
+    # alone, and this one raises KeyboardInterrupt at once wherever the run is, so the
+    # session's fixtures still stop the servers they started.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupt)
 
 
 @pytest.fixture(autouse=True)
