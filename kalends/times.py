@@ -62,6 +62,11 @@ TIME_PATTERN = (
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?$"
 )
 
+# A date and time, then a space where an offset's sign belongs: what a `+` in a URL
+# query becomes when the client did not encode it (form encoding reads `+` as a space).
+_LOST_PLUS_RE = re.compile(
+    r"(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?) (\d{2}:?\d{2})", re.ASCII)
+
 # Files a tz directory may hold that name no zone of their own: the host's zone
 # under another name, a template, and tzdata's "zone not configured" placeholder.
 _NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
@@ -99,6 +104,17 @@ def zone(name: str, *, param: str) -> ZoneInfo:
         f"`{param}` must be an IANA time zone name, such as Europe/Berlin or UTC.",
         param=param, details={"value": name},
     )
+
+
+def space_for_plus_hint(text: str) -> str | None:
+    """A sentence for the error on a query-string time whose `+` arrived as a space
+    (`2026-03-09T09:00:00 01:00` from `...T09:00:00+01:00` sent un-encoded), else None."""
+    match = _LOST_PLUS_RE.fullmatch(text)
+    if match is None:
+        return None
+    example = f"{match[1][:10]}T{match[1][11:]}%2B{match[2]}"  # no space left to encode
+    return ("A space stands where the offset's sign should be: in a URL query, write + as "
+            f"%2B ({example}).")
 
 
 def parse_date(value: str, *, param: str) -> date:

@@ -34,7 +34,7 @@ from db import accounts
 from db import oauth as oauth_store
 from kalends import instance_secrets, outbound
 from kalends.accounts import CONSUMER_NAME
-from kalends.auth import Caller, authenticate_key
+from kalends.auth import KEY_PREFIX, Caller, authenticate_key
 from kalends.connected import engine as connected
 from kalends.errors import ApiError
 from kalends.oauth import keys, pages
@@ -176,6 +176,9 @@ class _IssuerKeys:
 
 # -- resource server ----------------------------------------------------------------
 
+API_KEY_ON_MCP = ("This is a Kalends API key; API keys are accepted on /mcp-developer. "
+                  "/mcp takes OAuth access tokens.")
+
 
 async def authenticate(request: web.Request) -> Caller:
     """/mcp's credential: a bearer access token for its canonical URL. The
@@ -187,6 +190,10 @@ async def authenticate(request: web.Request) -> Caller:
         raise ApiError("not_authenticated",
                        "POST /mcp needs an OAuth access token: see the resource_metadata "
                        "of the WWW-Authenticate header.", challenge=oauth.challenge(request))
+    if token.strip().startswith(KEY_PREFIX):
+        # The first thing most people try: say where the key goes, not only that
+        # it is no JWT.
+        raise _invalid_token(request, API_KEY_ON_MCP)
     try:
         access = await oauth.verifier.verify(token.strip(), issuer=oauth.issuer(request),
                                              audience=oauth.resource(request))

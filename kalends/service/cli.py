@@ -148,23 +148,76 @@ _stop_requested = False
 _SHUTDOWN_TIMEOUT = 30
 
 
-def _defer_stop_signals() -> None:
+class _Stop:
+    """The stop signals this process has received, for its log: a line for each
+    (written at the next safe point, never from inside a signal handler, where a
+    write to stderr could interrupt another), and one once the service has
+    stopped, timed from the first signal."""
+
+    def __init__(self) -> None:
+        self.first: tuple[str, float] | None = None
+        self.exiting = False
+        """GracefulExit has been raised: run_app is stopping, and must not be
+        interrupted by another (it would escape its shutdown)."""
+        self._pending: list[str] = []
+        self._logged = 0
+
+    def received(self, signum: int) -> None:
+        """Note a signal; safe inside a signal handler (no I/O)."""
+        name = signal.Signals(signum).name
+        if self.first is None:
+            self.first = (name, time.monotonic())
+        self._pending.append(name)
+
+    def log(self) -> None:
+        """A line for each signal noted since the last call."""
+        while self._pending:
+            extra: dict[str, Any] = {"signal": self._pending.pop(0), "pid": os.getpid()}
+            if self._logged:
+                extra["again"] = True
+            _LOG.info("stop signal received", extra=extra)
+            self._logged += 1
+
+    def stopped(self) -> None:
+        self.log()
+        extra: dict[str, Any] = {"pid": os.getpid()}
+        if self.first is not None:
+            extra["signal"] = self.first[0]
+            extra["seconds"] = round(time.monotonic() - self.first[1], 3)
+        _LOG.info("stopped", extra=extra)
+
+
+_LOG = logging.getLogger("kalends")
+_STOP = _Stop()
+
+
+def _defer_stop_signals(*, ignore_sigint: bool = False) -> None:
     """While `serve` starts, remember a SIGTERM/SIGINT instead of raising in the
     middle of library code (file locks, pg_ctl, asyncio teardown); it is acted
-    on at the next safe point."""
+    on at the next safe point. `ignore_sigint`: a `--workers` child, which its
+    supervisor stops with SIGTERM (Ctrl-C reaches the whole process group, and
+    each process must be told once)."""
 
-    def request_stop(_signum: int, _frame: Any) -> None:
+    def request_stop(signum: int, _frame: Any) -> None:
         global _stop_requested
         _stop_requested = True
+        _STOP.received(signum)
 
     signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else request_stop)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    code = _serve_until_stopped(args)
+    # After the database too: the process has nothing left to stop.
+    _STOP.stopped()
+    return code
+
+
+def _serve_until_stopped(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    _defer_stop_signals()
+    _defer_stop_signals(ignore_sigint=args.child)
     logs.configure()
     if args.workers > 1 and not args.child:
         _share_metrics()
@@ -181,6 +234,7 @@ def _serve(args: argparse.Namespace) -> int:
         if not args.child:
             asyncio.run(migrate(dsn))
         if _stop_requested:
+            _STOP.log()
             return 0
         if args.workers > 1:
             return _supervise(args, dsn)
@@ -193,10 +247,17 @@ def _serve(args: argparse.Namespace) -> int:
             # run_app has installed its own handlers by now; a stop requested
             # before that is honoured here, before the port opens.
             if _stop_requested:
+                _STOP.log()
                 raise web.GracefulExit
-            # SIGTERM (an orchestrator's stop) drains first; SIGINT (Ctrl-C) or
-            # a second SIGTERM stops at once, as run_app's handlers do.
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _drain_then_exit, app)
+            # SIGTERM (an orchestrator's stop) and SIGINT (Ctrl-C) drain first; a
+            # second one stops at once. A `--workers` child leaves SIGINT to its
+            # supervisor, which stops it with one SIGTERM.
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGTERM, _stop_signal, app, signal.SIGTERM)
+            if args.child:
+                loop.add_signal_handler(signal.SIGINT, lambda: None)
+            else:
+                loop.add_signal_handler(signal.SIGINT, _stop_signal, app, signal.SIGINT)
             # What start-up built (modules, the schema, compiled plans) lives as long as
             # the process: left out of the cyclic collector's full passes, which a
             # request allocating hundreds of objects (an agenda) otherwise triggers.
@@ -210,7 +271,8 @@ def _serve(args: argparse.Namespace) -> int:
         )
         # run_app restored the default handlers; a second SIGTERM must not cut
         # short the database's shutdown below.
-        _defer_stop_signals()
+        _defer_stop_signals(ignore_sigint=args.child)
+        _STOP.log()
     return 0
 
 
@@ -268,23 +330,37 @@ def _listen(sockets: list[socket.socket], host: str, port: int) -> None:
                            f"{exc.strerror}") from None
 
 
-def _drain_then_exit(app: Any) -> None:
+def _stop_signal(app: Any, signum: int) -> None:
+    """SIGTERM or SIGINT while serving: the first drains, then stops; the second
+    stops at once; any later one is only logged."""
+    first = _STOP.first is None
+    _STOP.received(signum)
+    _STOP.log()
+    if first:
+        _drain_then_exit(app)
+    else:
+        _exit_now()
+
+
+def _exit_now() -> None:
+    """Out of the event loop, into run_app's shutdown, once: a second GracefulExit
+    would escape that shutdown."""
     from aiohttp import web
 
+    if _STOP.exiting:
+        return
+    _STOP.exiting = True
+    raise web.GracefulExit
+
+
+def _drain_then_exit(app: Any) -> None:
     from kalends.service.services import DRAIN, SETTINGS
 
-    loop = asyncio.get_running_loop()
-
-    def exit_now() -> None:
-        raise web.GracefulExit  # out of the event loop, into run_app's shutdown
-
-    loop.add_signal_handler(signal.SIGTERM, exit_now)
-    logging.getLogger("kalends").info("draining", extra={"pid": os.getpid()})
+    _LOG.info("draining", extra={"pid": os.getpid()})
     drained = asyncio.ensure_future(
         app[DRAIN].drain(app[SETTINGS].drain_seconds, timeout=_SHUTDOWN_TIMEOUT))
-    # Cancelled: run_app is already stopping (a second signal), and a second
-    # GracefulExit would escape its shutdown.
-    drained.add_done_callback(lambda task: None if task.cancelled() else exit_now())
+    # Cancelled: run_app is already stopping (a second signal).
+    drained.add_done_callback(lambda task: None if task.cancelled() else _exit_now())
 
 
 def _share_metrics() -> None:
@@ -305,24 +381,31 @@ def _supervise(args: argparse.Namespace, dsn: str) -> int:
     children = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
     stopping = False
 
-    def stop_all(signum: int, _frame: Any = None) -> None:
+    def stop_all() -> None:
+        # SIGTERM, also for a Ctrl-C: the children ignore SIGINT, which a terminal
+        # sends to the whole process group, so that each is told to stop once.
         nonlocal stopping
         stopping = True
         for child in children:
             if child.poll() is None:
-                child.send_signal(signum)
+                child.send_signal(signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, stop_all)
-    signal.signal(signal.SIGINT, stop_all)
+    def forward(signum: int, _frame: Any = None) -> None:
+        _STOP.received(signum)
+        stop_all()
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
     if _stop_requested:
-        stop_all(signal.SIGTERM)
+        stop_all()
     # A worker that dies on its own takes the others down, and the exit status
     # tells whoever runs the supervisor (systemd, a container) to restart it.
     worker_died = False
     while any(child.poll() is None for child in children):
+        _STOP.log()
         if not stopping and any(child.poll() is not None for child in children):
             worker_died = True
-            stop_all(signal.SIGTERM)
+            stop_all()
         time.sleep(0.2)
     clean = all(child.returncode == 0 for child in children)
     return 0 if clean and not worker_died else 1
@@ -475,6 +558,14 @@ def _version() -> str:
 
 
 _EMAIL = "the user's e-mail address (matched case-insensitively)"
+_SERVE_DATA = (
+    "Where the data is kept: without DATABASE_URL, in an embedded PostgreSQL that serve "
+    "starts and stops itself, in the data directory KALENDS_DATA_DIR (default: "
+    "/var/lib/kalends as root, else ~/.local/share/kalends, or $XDG_DATA_HOME/kalends when "
+    "XDG_DATA_HOME is set; never under /root). Set DATABASE_URL (postgresql://...) to use "
+    "an existing PostgreSQL instead. Other settings are environment variables too (see the "
+    "README)."
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -490,6 +581,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=_bounded(1, 64), default=1,
                        help="server processes sharing the port (1 to 64)")
     serve.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    serve.epilog = _SERVE_DATA
     serve.set_defaults(func=_serve)
 
     _command(sub, "worker", "run background jobs (subscription and calendar sync, attendee "

@@ -106,6 +106,9 @@ async def request_context(request: web.Request, handler: Handler) -> web.StreamR
             "duration_ms": round(duration * 1000, 2),
             **({"client_closed": True} if aborted else {}),
             **({"operation": request[OPERATION]} if OPERATION in request else {}),
+            # Who made it, once authenticated: the API key's consumer, or the
+            # OAuth token's subject (the consumer it names).
+            **({"consumer": request[VIEWER].consumer} if VIEWER in request else {}),
             **({"idempotency_key": request[IDEMPOTENCY_KEY]}
                if IDEMPOTENCY_KEY in request else {}),
         },

@@ -8,6 +8,8 @@ and absent from the access log and the metrics. It has no option for this
 so the connection protocol is subclassed to override one method, `handle_error`,
 for those requests only. Applications opt in with `handler_args()`: connections
 of other aiohttp servers in the same process (test fakes) are left as they were.
+A request line or a header line over 8,190 bytes is `431 header_too_large`;
+anything else the parser refuses is `400 invalid_json`.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def _malformed(exc: HttpProcessingError) -> web.Response:
     """The envelope for a request that is not HTTP as RFC 9112 writes it, logged as
     one access line at info (the client's mistake) and counted."""
     request_id = "req_" + secrets.token_hex(12)  # the request's own header was not read
-    error = ApiError("invalid_json", _why(exc))
+    error = _error(exc)
     response = error_response(error, request_id)
     response.headers["X-Request-Id"] = request_id
     response.force_close()  # where the next request would start is unknown
@@ -56,10 +58,20 @@ def _malformed(exc: HttpProcessingError) -> web.Response:
     return response
 
 
-def _why(exc: HttpProcessingError) -> str:
+def _error(exc: HttpProcessingError) -> ApiError:
     if isinstance(exc, LineTooLong):
-        return (f"The request line or a header is longer than {exc.args[1]} bytes; "
-                "send a shorter URL or header.")
+        # 431 (RFC 6585). aiohttp's exception does not say whether the request line
+        # or a header was too long (both limits are 8,190 bytes), so the message
+        # names both, and one code covers both.
+        limit = exc.args[1] if len(exc.args) > 1 else None
+        shown = f"{limit:,}" if isinstance(limit, int) else str(limit)
+        return ApiError("header_too_large",
+                        f"A header line or the request line is longer than {shown} bytes "
+                        "(the limit for each): send a shorter header or URL.")
+    return ApiError("invalid_json", _why(exc))
+
+
+def _why(exc: HttpProcessingError) -> str:
     detail = exc.message.strip().splitlines()[0].rstrip(":") if exc.message.strip() else ""
     detail = detail[:_MAX_DETAIL]
     return "The request is not well-formed HTTP" + (f": {detail}." if detail else ".")
