@@ -54,8 +54,10 @@ def lsn(text: str | None) -> int | None:
 class OrPrimary(Database):
     """A replica's pool that falls back to the primary, statement by statement, when
     the replica is lost (reads can be asked again): a replica that stops between two
-    checks costs no request. A transaction falls back when its connection cannot be
-    had; one whose replica dies halfway fails as it would on the primary."""
+    checks costs no request. So does a statement the replica cancels for a conflict
+    with recovery (replaying the primary's cleanup of rows it still reads; fewer with
+    `hot_standby_feedback = on`). A transaction falls back when its connection cannot
+    be had; one whose replica dies halfway fails as it would on the primary."""
 
     def __init__(self, replica: Replica, pool: asyncpg.Pool, primary: Database) -> None:
         super().__init__(pool, replica.dsn)
@@ -74,6 +76,8 @@ class OrPrimary(Database):
             return await super().fetch(sql, *args)
         except ApiError as exc:
             self._lost(exc)
+        except asyncpg.TransactionRollbackError:
+            pass  # a conflict with recovery: asked again on the primary
         return await self._primary.fetch(sql, *args)
 
     async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
@@ -81,6 +85,8 @@ class OrPrimary(Database):
             return await super().fetchrow(sql, *args)
         except ApiError as exc:
             self._lost(exc)
+        except asyncpg.TransactionRollbackError:
+            pass  # a conflict with recovery: asked again on the primary
         return await self._primary.fetchrow(sql, *args)
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
@@ -88,6 +94,8 @@ class OrPrimary(Database):
             return await super().fetchval(sql, *args)
         except ApiError as exc:
             self._lost(exc)
+        except asyncpg.TransactionRollbackError:
+            pass  # a conflict with recovery: asked again on the primary
         return await self._primary.fetchval(sql, *args)
 
     async def execute(self, sql: str, *args: Any) -> str:
@@ -95,6 +103,8 @@ class OrPrimary(Database):
             return await super().execute(sql, *args)
         except ApiError as exc:
             self._lost(exc)
+        except asyncpg.TransactionRollbackError:
+            pass  # a conflict with recovery: asked again on the primary
         return await self._primary.execute(sql, *args)
 
     @asynccontextmanager

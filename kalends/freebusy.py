@@ -166,7 +166,8 @@ def parse_instant(text: str, param: str) -> datetime:
     match = _INSTANT.fullmatch(text)
     if match is None:
         raise _invalid(param, text, "must be an RFC 3339 date and time with an offset, such "
-                       "as 2026-03-09T09:00:00+01:00 or 2026-03-09T08:00:00Z")
+                       "as 2026-03-09T09:00:00+01:00 or 2026-03-09T08:00:00Z"
+                       + (f". {hint[:-1]}" if (hint := times.space_for_plus_hint(text)) else ""))
     year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
     try:
         wall = datetime(int(year), int(month), int(day), int(hour), int(minute),

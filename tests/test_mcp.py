@@ -492,7 +492,7 @@ async def test_oauth_route_refuses_an_api_key(live_server: Any, api: Any, user: 
     request = _modern("server/discover")
     status, body, headers = await _post(api, user, request["body"], request["headers"], path="/mcp")
     error = _assert_http_refusal(status, body, 401, "not_authenticated", -32001)
-    assert "JWT" in error["message"]
+    assert "/mcp-developer" in error["message"]  # where API keys belong
     metadata_url = f"{live_server.url}/.well-known/oauth-protected-resource/mcp"
     assert headers["WWW-Authenticate"].startswith(
         f'Bearer realm="kalends", resource_metadata="{metadata_url}", '

@@ -214,22 +214,26 @@ async def _raw(base: str, data: bytes) -> tuple[int, dict[str, str], bytes]:
     return int(status_line.split()[1]), headers, body
 
 
-@pytest.mark.parametrize("raw", [
-    b"GET /v1/profiles?q=" + b"a" * 8200 + b" HTTP/1.1\r\nHost: kalends\r\n\r\n",
-    b"GET /healthz HTTP/1.1\r\nHost: kalends\r\nX-Note: a\x00b\r\n\r\n",
-    b"GET /healthz HTTP/1.1\r\nHost: kalends\r\nX-Long: " + b"b" * 9000 + b"\r\n\r\n",
+@pytest.mark.parametrize(("raw", "expected", "code"), [
+    (b"GET /v1/profiles?q=" + b"a" * 8200 + b" HTTP/1.1\r\nHost: kalends\r\n\r\n",
+     431, "header_too_large"),
+    (b"GET /healthz HTTP/1.1\r\nHost: kalends\r\nX-Note: a\x00b\r\n\r\n",
+     400, "invalid_json"),
+    (b"GET /healthz HTTP/1.1\r\nHost: kalends\r\nX-Long: " + b"b" * 9000 + b"\r\n\r\n",
+     431, "header_too_large"),
 ], ids=["request line over 8190 bytes", "NUL in a header", "header over 8190 bytes"])
 async def test_what_the_http_parser_refuses_gets_the_envelope(live_server: Any, raw: bytes,
+                                                             expected: int, code: str,
                                                              caplog: Any) -> None:
     """aiohttp's parser refuses these before any middleware runs (kalends/web/protocol.py):
     still the contract's envelope, and one access line at info, no error or traceback."""
     caplog.set_level(logging.INFO)
     status, headers, body = await _raw(live_server.url, raw)
     assert headers["content-type"] == "application/json", body
-    error = assert_error(status, orjson.loads(body), 400, "invalid_json")
+    error = assert_error(status, orjson.loads(body), expected, code)
     assert error["type"] == "invalid_request_error"
     assert headers["x-request-id"] == error["request_id"]
     mine = [r for r in caplog.records if r.name.startswith(("aiohttp", "kalends.http", "kalends.access"))]
     assert [(r.levelno, r.getMessage(), getattr(r, "status", None), r.exc_info)
-            for r in mine] == [(logging.INFO, "request", 400, None)], mine
+            for r in mine] == [(logging.INFO, "request", expected, None)], mine
     assert mine[0].request_id == error["request_id"]  # type: ignore[attr-defined]
