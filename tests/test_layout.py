@@ -1,4 +1,4 @@
-"""Who may import whom (README, "Layout"), checked from the source: an AST walk
+"""Who may import whom (docs/layout.md), checked from the source: an AST walk
 of every module's imports, lazy ones inside functions included."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ SETTINGS_KEYS = {
     "enable_capacity_limit", "capacity_limit", "allow_waitlist", "allow_multiple_attendees",
     "allow_notifications",
 }
-# The defaults of a new event (README, "Choices where the contract is silent"):
+# The defaults of a new event (docs/api-choices.md):
 # no capacity limit, waitlist open, several attendees per RSVP, notifications on.
 DEFAULT_SETTINGS = {
     "enable_capacity_limit": False,

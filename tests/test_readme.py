@@ -1,0 +1,84 @@
+"""The README a newcomer reads: it stands on its own, is short, says how long the tests
+take, and its first steps work as written (run here against the live server)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from conftest import Api, User
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def _block(after: str, language: str) -> str:
+    """The first fenced block of `language` after the heading `after`."""
+    start = README.index(after)
+    found = re.search(rf"```{language}\n(.*?)```", README[start:], re.S)
+    assert found, (after, language)
+    return found.group(1)
+
+
+def test_it_stands_on_its_own_and_links_what_it_moved_out() -> None:
+    for text in [README, *(p.read_text() for p in (ROOT / "docs").glob("*.md"))]:
+        assert "../shared" not in text and "CONTRACT.md" not in text
+        assert not re.search(r"contract §\d", text)
+    for link in re.findall(r"\]\(([^)#]+)\)", README):
+        assert (ROOT / link).exists(), link
+    for page in ("api-choices", "graphql", "mcp", "operations", "scaling"):
+        assert f"docs/{page}.md" in README
+    # The entry, not the book: the reference lives in docs/.
+    assert len(README.splitlines()) <= 250
+
+
+def test_it_says_how_long_the_tests_take() -> None:
+    intro = README[:README.index("## First steps")]
+    assert re.search(r"about \d+ minutes on\s+2 idle cores", intro)
+    assert "--durations=15" in (ROOT / "pyproject.toml").read_text()
+
+
+async def test_the_rest_first_steps_work_as_written(api: Api, user: User) -> None:
+    block = _block("### REST (developers)", "sh")
+    bodies = [json.loads(b) for b in re.findall(r"-d '(\{.*?\})'", block, re.S)]
+    assert len(bodies) == 3
+    profile_body, event_body, recurring_body = bodies
+    assert {"start_time", "start_timezone"} <= set(event_body)
+    assert "Z" not in event_body["start_time"] and "+" not in event_body["start_time"]
+    assert "recurrence_rule" in recurring_body
+    profile_body["platform_id"] = f"readme-{user.consumer[-8:]}"
+    status, profile, _ = await api.post("/v1/profiles", user, json=profile_body)
+    assert status == 201, profile
+    for body in (event_body, recurring_body):
+        status, event, _ = await api.post(f"/v1/profiles/{profile['id']}/events", user,
+                                          json=body)
+        assert status == 201, event
+    # What the README shows the first event answering.
+    status, page, _ = await api.get(f"/v1/profiles/{profile['id']}/events", user,
+                                    params={"limit": "20"})
+    first = page["data"][1]  # by start: the Monday jam (8 March) comes first
+    assert (first["title"], first["start_time"], first["end_time"]) == (
+        "Jazz night", "2027-03-12T19:00:00Z", "2027-03-12T22:00:00Z")
+    status, body, _ = await api.get("/v1/agenda", user, params={"date": "2027-03-08",
+                                                                "days": "7"})
+    assert status == 200, body
+
+
+async def test_the_graphql_first_step_runs(api: Api, user: User) -> None:
+    query = _block("### GraphQL (dashboards)", "graphql")
+    status, body, _ = await api.post("/graphql", user, json={"query": query})
+    assert status == 200 and "errors" not in body, body
+
+
+async def test_the_mcp_first_step_is_a_valid_call(api: Api, user: User) -> None:
+    call: dict[str, Any] = json.loads(_block("### MCP (agents)", "json"))
+    status, body, _ = await api.post("/mcp-developer", user, json={
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call},
+        headers={"MCP-Protocol-Version": "2025-06-18", "Accept": "application/json"})
+    assert status == 200, body
+    result = body["result"]
+    assert result["isError"] is False, result
+    assert all(set(e) <= {"id", "title", "start_time"} for e in
+               result["structuredContent"]["data"])
