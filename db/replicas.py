@@ -72,40 +72,26 @@ class OrPrimary(Database):
         self._replica.up = False
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        try:
-            return await super().fetch(sql, *args)
-        except ApiError as exc:
-            self._lost(exc)
-        except asyncpg.TransactionRollbackError:
-            pass  # a conflict with recovery: asked again on the primary
-        return await self._primary.fetch(sql, *args)
+        return await self._read("fetch", sql, args)  # type: ignore[no-any-return]
 
     async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
-        try:
-            return await super().fetchrow(sql, *args)
-        except ApiError as exc:
-            self._lost(exc)
-        except asyncpg.TransactionRollbackError:
-            pass  # a conflict with recovery: asked again on the primary
-        return await self._primary.fetchrow(sql, *args)
+        return await self._read("fetchrow", sql, args)
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
-        try:
-            return await super().fetchval(sql, *args)
-        except ApiError as exc:
-            self._lost(exc)
-        except asyncpg.TransactionRollbackError:
-            pass  # a conflict with recovery: asked again on the primary
-        return await self._primary.fetchval(sql, *args)
+        return await self._read("fetchval", sql, args)
 
     async def execute(self, sql: str, *args: Any) -> str:
+        return await self._read("execute", sql, args)  # type: ignore[no-any-return]
+
+    async def _read(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
+        """`Database.<method>` on the replica, else on the primary."""
         try:
-            return await super().execute(sql, *args)
+            return await getattr(super(), method)(sql, *args)
         except ApiError as exc:
             self._lost(exc)
         except asyncpg.TransactionRollbackError:
             pass  # a conflict with recovery: asked again on the primary
-        return await self._primary.execute(sql, *args)
+        return await getattr(self._primary, method)(sql, *args)
 
     @asynccontextmanager
     async def transaction(self, isolation: str = "read_committed") -> AsyncIterator[Tx]:

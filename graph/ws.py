@@ -62,6 +62,7 @@ from graph.live import LiveContext
 from graph.schema import MASKED, reported, schema
 from kalends.auth import Viewer, authenticate_key, hash_key
 from kalends.errors import ApiError
+from kalends.notify import changes
 from kalends.notify.changes import Feed
 from kalends.ratelimit import Decision
 from kalends.service.config import ConfigError, Rate
@@ -375,7 +376,7 @@ class Registry:
                     self._revoked(key_hash)
                 self._connected.set()
                 retry = _RETRY_FIRST
-                await _hold(conn, lost)
+                await changes.hold(conn, lost)
                 log.warning("socket registry lost its database connection; reconnecting")
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
                     TimeoutError) as exc:
@@ -398,18 +399,6 @@ class Registry:
 
 
 REGISTRY = web.AppKey("socket_registry", Registry)
-
-
-async def _hold(conn: asyncpg.Connection, lost: asyncio.Event) -> None:
-    """Returns once the connection is lost."""
-    while not lost.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(lost.wait(), _PING_EVERY)
-            return
-        try:
-            await conn.fetchval("SELECT 1", timeout=_CONNECT_TIMEOUT)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
-            return
 
 
 class _Connection:

@@ -5,7 +5,6 @@ says the data lives, and an un-encoded `+` in a query-string time."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import signal
@@ -14,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -31,26 +29,13 @@ from processes import (
     wait_listening,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from test_rest_conventions import _raw
 
 from kalends import times
 
 # -- helpers --------------------------------------------------------------------------
 
 
-async def _raw(base: str, data: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send `data` as it is and read the answer to the end (the server closes)."""
-    url = urlsplit(base)
-    reader, writer = await asyncio.open_connection(url.hostname, url.port)
-    try:
-        writer.write(data)
-        await writer.drain()
-        answer = await asyncio.wait_for(reader.read(), 30)
-    finally:
-        writer.close()
-    head, _, body = answer.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
-    return int(status_line.split()[1]), headers, body
 
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -267,7 +267,7 @@ class Feed:
             retry = _RETRY_FIRST
             self._connected.set()
             try:
-                await self._hold(conn, lost)
+                await hold(conn, lost)
             finally:
                 self._connected.clear()
                 await store.close(conn)
@@ -275,15 +275,17 @@ class Feed:
                               "been missed. Subscribe again.")
             log.warning("change feed lost its database connection; reconnecting")
 
-    @staticmethod
-    async def _hold(conn: asyncpg.Connection, lost: asyncio.Event) -> None:
-        """Returns once the connection is lost."""
-        while not lost.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lost.wait(), _PING_EVERY)
-                return
-            try:
-                await store.alive(conn, timeout=_CONNECT_TIMEOUT)
-            except (*_CONNECTION_ERRORS, TimeoutError):
-                return
 
+
+async def hold(conn: asyncpg.Connection, lost: asyncio.Event) -> None:
+    """Returns once the listening connection `conn` is lost: `lost` is set (by its
+    termination listener), or a ping every `_PING_EVERY` seconds goes unanswered (a
+    peer that vanished without closing the socket is otherwise never noticed)."""
+    while not lost.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(lost.wait(), _PING_EVERY)
+            return
+        try:
+            await store.alive(conn, timeout=_CONNECT_TIMEOUT)
+        except (*_CONNECTION_ERRORS, TimeoutError):
+            return

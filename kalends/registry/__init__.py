@@ -23,12 +23,10 @@ from graphql import (
     DocumentNode,
     FieldNode,
     FragmentDefinitionNode,
-    FragmentSpreadNode,
     GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
     GraphQLSchema,
-    InlineFragmentNode,
     OperationDefinitionNode,
     SelectionSetNode,
     parse,
@@ -452,7 +450,7 @@ def _selection_schema(
 ) -> dict[str, Any]:
     properties: dict[str, Any] = {}
     required: list[str] = []
-    for node in _fields(selection, fragments):
+    for node in narrow.fields(selection, fragments):
         key = node.alias.value if node.alias else node.name.value
         properties[key] = _type_schema(parent.fields[node.name.value].type, node, fragments)
         # A field under @include/@skip appears only when asked for (`expand`).
@@ -464,19 +462,6 @@ def _selection_schema(
         "title": parent.name, "type": "object", "properties": properties,
         "required": required, "additionalProperties": False,
     }
-
-
-def _fields(selection: SelectionSetNode, fragments: dict[str, FragmentDefinitionNode]
-            ) -> list[FieldNode]:
-    out: list[FieldNode] = []
-    for node in selection.selections:
-        if isinstance(node, FieldNode):
-            out.append(node)
-        elif isinstance(node, FragmentSpreadNode):
-            out.extend(_fields(fragments[node.name.value].selection_set, fragments))
-        elif isinstance(node, InlineFragmentNode):
-            out.extend(_fields(node.selection_set, fragments))
-    return out
 
 
 def _type_schema(gtype: Any, node: FieldNode, fragments: dict[str, FragmentDefinitionNode]

@@ -148,11 +148,11 @@ def _variables(nodes: Iterable[Node]) -> set[str]:
 
 def _narrowed(selection: SelectionSetNode, path: list[str], keep: frozenset[str],
               fragments: dict[str, FragmentDefinitionNode]) -> SelectionSetNode:
-    fields = _fields(selection, fragments)
+    found = fields(selection, fragments)
     if not path:
-        return SelectionSetNode(selections=tuple(f for f in fields if _key(f) in keep))
+        return SelectionSetNode(selections=tuple(f for f in found if _key(f) in keep))
     out = []
-    for node in fields:
+    for node in found:
         if _key(node) == path[0]:
             assert node.selection_set is not None
             node = FieldNode(alias=node.alias, name=node.name, arguments=node.arguments,
@@ -163,17 +163,18 @@ def _narrowed(selection: SelectionSetNode, path: list[str], keep: frozenset[str]
     return SelectionSetNode(selections=tuple(out))
 
 
-def _fields(selection: SelectionSetNode, fragments: dict[str, FragmentDefinitionNode]
-            ) -> list[FieldNode]:
-    """The fields of one level, fragments inlined (the resources' types are objects)."""
+def fields(selection: SelectionSetNode, fragments: dict[str, FragmentDefinitionNode]
+           ) -> list[FieldNode]:
+    """The fields of one level of a selection, fragments inlined (every type the
+    registry's documents select is an object type)."""
     out: list[FieldNode] = []
     for node in selection.selections:
         if isinstance(node, FieldNode):
             out.append(node)
         elif isinstance(node, FragmentSpreadNode):
-            out.extend(_fields(fragments[node.name.value].selection_set, fragments))
+            out.extend(fields(fragments[node.name.value].selection_set, fragments))
         elif isinstance(node, InlineFragmentNode):
-            out.extend(_fields(node.selection_set, fragments))
+            out.extend(fields(node.selection_set, fragments))
     return out
 
 
