@@ -45,6 +45,8 @@ DELETED_KEPT = timedelta(hours=1)
 """How long what a deleted event was stays readable."""
 DISPATCH_BATCH = 4
 """Watches offered a change per turn of the event loop."""
+DISPATCH_DELAY = 0.005
+"""Seconds a change waits before it is offered (a burst of changes waits once)."""
 _CONNECT_TIMEOUT = 5.0
 _PING_EVERY = 10.0
 """Seconds between checks that the listening connection still answers (a peer
@@ -235,7 +237,10 @@ class Feed:
     async def _dispatch(self) -> None:
         """Offer pending changes to their watches, `DISPATCH_BATCH` watches per turn of
         the event loop: a thousand subscriptions woken at once would hold every other
-        request (the write that made the change among them) behind all of their work."""
+        request (the write that made the change among them) behind all of their work.
+        A change waits `DISPATCH_DELAY` first: the write that made it, which hears of
+        its commit as the feed does, answers meanwhile."""
+        await asyncio.sleep(DISPATCH_DELAY)
         while self._pending:
             change, targets = self._pending[0]
             for start in range(0, len(targets), DISPATCH_BATCH):
