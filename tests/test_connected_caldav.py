@@ -36,10 +36,13 @@ from connected_world import (
     settled,
     sync,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ical_readers import (
     agenda_occurrences,
     beside_changes,
     create_events,
+    event_bodies,
     icaljs_occurrences,
     python_occurrences,
     window_of,
@@ -872,3 +875,24 @@ async def test_pushed_copies_read_alike_and_carry_the_feeds_sequence(
             start = copy["DTSTART"]
             assert str(start.params.get("TZID")) == "Europe/Paris", text
             assert start.dt == datetime(2027, 3, 8, 9, 0, tzinfo=PARIS), text
+
+
+@given(st.lists(st.integers(0, 10**6), min_size=3, max_size=6).flatmap(
+    lambda keys: st.tuples(*(event_bodies(f"Generated {i}-{k}") for i, k in enumerate(keys)))))
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+def test_generated_events_pushed_read_alike(
+        world: World, bodies: tuple[dict[str, Any], ...]) -> None:
+    """The generated events of test_ical_interop.py, pushed to CalDAV and read back
+    (back since the writer gives ical.js yearly rules in a form it reads alike:
+    tests/test_ical_rule_forms.py)."""
+    async def run() -> None:
+        person = await asyncio.to_thread(new_person, world.server, world.radicale)
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, world.server.url)
+            events, copies, sequences = await _pushed(world, person, api, list(bodies))
+            for event in events:
+                await _read_alike(world, person, event, copies[f"{event['id']}@kalends"],
+                                  sequences)
+
+    asyncio.run(run())

@@ -65,6 +65,129 @@ def rule_text(rule: str) -> str:
     return text
 
 
+# --- Rules as every reader reads them ----------------------------------------------
+
+_ALL_MONTHS = tuple(range(1, 13))
+_MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # February: see below
+_AFTER = tuple(sum(_MONTH_DAYS[m:]) for m in range(1, 13))
+"""Days of the months after month m (index m - 1) to the year's end: the same in
+leap years, February being the only month whose length changes."""
+
+
+def rule_for_readers(rule: str) -> str:
+    """`rule` (an RRULE value) in a form that expands to exactly the same occurrences
+    (RFC 5545, and dateutil, the agenda's expander) and that ical.js reads alike;
+    `rule` itself when it needs no other form or has none.
+
+    ical.js 2.x expands a YEARLY rule's BYMONTHDAY in DTSTART's month alone unless
+    BYMONTH is given (FREQ=YEARLY;BYMONTHDAY=1 is the 1st of every month, ical.js
+    reads it once a year), reads a negative BYMONTHDAY over several months as the
+    day of one month, and applies BYSETPOS only with BYDAY and BYMONTH, to each
+    month's set rather than to the year's (it reads FREQ=YEARLY;BYDAY=MO,TU;
+    BYSETPOS=1, the year's first Monday or Tuesday, as every Monday and Tuesday).
+    So, for YEARLY rules without BYWEEKNO or BYYEARDAY and whose BYDAY has no
+    ordinals (an ordinal means the nth of the year, or of the month once BYMONTH
+    is written):
+
+    - BYMONTHDAY of days 1 to 28, no BYMONTH: the twelve months written out.
+    - BYMONTHDAY with negative days or days past the 28th (ical.js makes 31
+      February the 3rd of March, matches BYDAY's days against negative numbers
+      as written, and with INTERVAL begins a year late): the
+      dates as BYYEARDAY, numbered from the year's start to 28 February and from
+      its end after, so the same in leap years; not when February's 29th (or
+      29th from the end) is named: no day of the year is that in every year;
+      nor with COUNT when two of them are one date in some years (16 February
+      and the 14th from its end, in leap years): ical.js counts it twice.
+    - BYSETPOS with BYDAY alone: the year's set is the months' sets in turn, so
+      positions 1 to 4 per weekday are all in the first month (every weekday
+      comes at least 4 times in a month) and -1 to -4 per weekday in the last:
+      that one month as BYMONTH. Other positions, or both signs, keep the rule.
+
+    What keeps the rule (BYSETPOS with BYMONTHDAY, positions beyond those, ...)
+    ical.js reads otherwise; the agenda, the REST field and RFC readers are the
+    reference."""
+    parts: dict[str, str] = {}
+    for part in rule.split(";"):
+        name, sep, value = part.partition("=")
+        name = name.strip().upper()
+        if not sep or not name or name in parts:
+            return rule
+        parts[name] = value.strip().upper()
+    if parts.get("FREQ") != "YEARLY" or "BYWEEKNO" in parts or "BYYEARDAY" in parts:
+        return rule
+    try:
+        weekdays = [d for d in parts.get("BYDAY", "").split(",") if d]
+        months = [int(m) for m in parts["BYMONTH"].split(",")] if "BYMONTH" in parts \
+            else list(_ALL_MONTHS)
+        monthdays = [int(d) for d in parts["BYMONTHDAY"].split(",")] \
+            if "BYMONTHDAY" in parts else []
+        positions = [int(p) for p in parts["BYSETPOS"].split(",")] \
+            if "BYSETPOS" in parts else []
+    except ValueError:
+        return rule
+    if any(d not in _WEEKDAYS for d in weekdays):  # an ordinal, or not a weekday
+        return rule
+    changed = dict(parts)
+    if monthdays and not positions:
+        if "BYMONTH" not in parts and all(0 < d <= 28 for d in monthdays):
+            changed["BYMONTH"] = ",".join(map(str, _ALL_MONTHS))
+        elif any(not 0 < d <= 28 for d in monthdays):
+            days = _year_days(months, monthdays)
+            if days is None or ("COUNT" in parts and _coincide(days)):
+                return rule
+            changed.pop("BYMONTH", None)
+            changed.pop("BYMONTHDAY")
+            changed["BYYEARDAY"] = ",".join(map(str, days))
+        else:
+            return rule
+    elif positions and weekdays and not monthdays and len(set(months)) > 1:
+        most = 4 * len(set(weekdays))
+        if all(0 < p <= most for p in positions):
+            changed["BYMONTH"] = str(min(months))
+        elif all(-most <= p < 0 for p in positions):
+            changed["BYMONTH"] = str(max(months))
+        else:
+            return rule
+    else:
+        return rule
+    return ";".join(f"{name}={value}" for name, value in changed.items())
+
+
+def _year_days(months: Iterable[int], monthdays: Iterable[int]) -> list[int] | None:
+    """The days of the year of `monthdays` of `months`, each as a number that names
+    the same date in every year (January's and February's first 28 from the start,
+    the rest from the end); None if one cannot be (February's 29th to 31st, from
+    either end)."""
+    out: set[int] = set()
+    for month in set(months):
+        length = _MONTH_DAYS[month - 1]
+        for day in monthdays:
+            if month == 2 and abs(day) == 29:
+                return None  # in leap years only
+            if abs(day) > length:
+                continue  # no such day in this month: no occurrence (RFC 5545)
+            if month == 1:
+                out.add(day if day > 0 else 32 + day)
+            elif month == 2 and day > 0:
+                out.add(31 + day)
+            elif day > 0:
+                out.add(-(_AFTER[month - 1] + length - day + 1))
+            else:
+                out.add(-(_AFTER[month - 1] - day))
+    return sorted(out, key=lambda d: d if d > 0 else 1000 + d)
+
+
+def _coincide(days: Sequence[int]) -> bool:
+    """Whether two of `days` (of the year) are one date in a leap year or in another
+    year (16 February, and the 14th from its end in a leap year): ical.js counts
+    such a date twice toward COUNT."""
+    for year in (2027, 2028):
+        length = 366 if _calendar.isleap(year) else 365
+        if len({d if d > 0 else length + 1 + d for d in days}) < len(days):
+            return True
+    return False
+
+
 # --- Kalends events --------------------------------------------------------------
 
 
@@ -142,7 +265,7 @@ def vevent(c: Component, *, stamp: datetime, created: datetime | None = None,
     if c.recurrence_id is not None:
         event.add("recurrence-id", _aware(c.recurrence_id, c.zone))
     if c.rrule:
-        event.add("rrule", icalendar.vRecur.from_ical(rule_text(c.rrule)))
+        event.add("rrule", icalendar.vRecur.from_ical(rule_for_readers(rule_text(c.rrule))))
     for m in c.rdates:  # one date per property: some readers take only the first of a list
         event.add("rdate", _aware(m, c.zone))
     for m in c.exdates:
