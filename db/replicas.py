@@ -184,7 +184,8 @@ class Reads:
                     Database.connect(replica.dsn, min_size=1, max_size=self.pool_size),
                     _CONNECT_TIMEOUT)
                 replica.db = OrPrimary(replica, connected.pool, self.primary)
-            row = await asyncio.wait_for(replica.db.fetchrow(
+            # On the pool itself: a check is no request's statement (query_count).
+            row = await asyncio.wait_for(replica.db.pool.fetchrow(
                 """
                 SELECT pg_is_in_recovery() AS standby,
                        pg_last_wal_replay_lsn()::text AS replayed,
