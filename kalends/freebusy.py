@@ -126,7 +126,7 @@ class MeetingTimes:
 
 Instant = Annotated[str, Field(
     description="RFC 3339 with an offset, e.g. `2026-03-09T09:00:00+01:00` or `...Z`.",
-    json_schema_extra={"pattern": INSTANT_PATTERN})]
+    json_schema_extra={"format": "date-time", "pattern": INSTANT_PATTERN})]
 Clock = Annotated[str, Field(
     description="Local `HH:MM`; `24:00` ends at midnight.",
     json_schema_extra={"pattern": CLOCK_PATTERN})]

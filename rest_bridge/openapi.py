@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from kalends.errors import ERROR_CODES, ERROR_TYPES
-from kalends.freebusy import INSTANT_PATTERN
 from kalends.registry import OPERATIONS, Operation, honest_defaults
 from rest_bridge import feeds
 
@@ -158,7 +157,7 @@ def _operation(op: Operation, schemas: dict[str, Any], resources: _Resources) ->
         "responses": _responses(op, resources),
     }
     if op.body is not None:
-        body = _instants(op.body.model_json_schema(ref_template=_REF))
+        body = op.body.model_json_schema(ref_template=_REF)
         schemas.update(body.pop("$defs", {}))
         schemas[op.body.__name__] = body
         out["requestBody"] = {
@@ -167,22 +166,6 @@ def _operation(op: Operation, schemas: dict[str, Any], resources: _Resources) ->
                 "schema": {"$ref": _REF.format(model=op.body.__name__)}}},
         }
     return out
-
-
-def _instants(schema: Any) -> Any:
-    """Every string of the RFC 3339 instant pattern also says `format: date-time`, in
-    place: generated clients then take a datetime for it, as they do for the query
-    parameters that say so (getFreeBusy's start), not a plain string."""
-    if isinstance(schema, dict):
-        if (schema.get("type") == "string" and schema.get("pattern") == INSTANT_PATTERN
-                and "format" not in schema):
-            schema["format"] = "date-time"
-        for value in schema.values():
-            _instants(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            _instants(item)
-    return schema
 
 
 def _parameters(op: Operation) -> list[dict[str, Any]]:
