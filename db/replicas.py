@@ -6,7 +6,9 @@ primary it is in seconds. A request that only reads asks `choose(written)` for a
 database once, where its kind is known (kalends/web/reads.py): a replica that is up,
 no more than `max_lag` behind, and has replayed past `written` (the end of the user's
 last write), else the primary. Nothing fails when a replica does: it is skipped until
-a check finds it well again.
+a check finds it well again. A server that is not in recovery, or is a replica of
+another cluster (a wrong URL: its system identifier is not the primary's), is never
+read.
 
 Read-your-writes across processes: after a write request, `wrote(user_id)` records
 `pg_current_wal_lsn()` on the primary, a position at or after the write's commit; the
@@ -41,6 +43,7 @@ primary until a check shows the replica past their write (a replica on the same
 network replays within milliseconds), so this bounds how long; the check is one
 tiny statement, 40 a second per replica and process."""
 _CONNECT_TIMEOUT = 2.0
+_SYSTEM = "SELECT system_identifier FROM pg_control_system()"
 
 
 def lsn(text: str | None) -> int | None:
@@ -112,6 +115,9 @@ class Replica:
     """How /metrics names it (`replica1`, ...): never the DSN, which may hold a password."""
     db: OrPrimary | None = None
     up: bool = False
+    refused: str | None = None
+    """Why a reachable server is not read (not in recovery, another primary's replica):
+    said once in the log, not at every check."""
     replayed: int | None = None
     lag: float | None = None
     """Seconds behind the primary at the last check (0 when it has replayed all it got)."""
@@ -126,6 +132,8 @@ class Reads:
     pool_size: int = 10
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _task: asyncio.Task[None] | None = None
+    _system: int | None = None
+    """The primary's system identifier: a replica of it has the same."""
 
     @classmethod
     def of(cls, primary: Database, dsns: Sequence[str], max_lag: float,
@@ -177,6 +185,12 @@ class Reads:
             await asyncio.sleep(CHECK_SECONDS)
             await asyncio.gather(*(self._check(r) for r in self.replicas))
 
+    @staticmethod
+    def _refuse(replica: Replica, why: str) -> None:
+        if replica.refused != why:
+            log.warning("read replica %s %s; skipped", replica.name, why)
+        replica.up, replica.refused = False, why
+
     async def _check(self, replica: Replica) -> None:
         try:
             if replica.db is None:
@@ -184,10 +198,13 @@ class Reads:
                     Database.connect(replica.dsn, min_size=1, max_size=self.pool_size),
                     _CONNECT_TIMEOUT)
                 replica.db = OrPrimary(replica, connected.pool, self.primary)
+            if self._system is None:
+                self._system = await asyncio.wait_for(self.primary.pool.fetchval(_SYSTEM),
+                                                      _CONNECT_TIMEOUT)
             # On the pool itself: a check is no request's statement (query_count).
             row = await asyncio.wait_for(replica.db.pool.fetchrow(
-                """
-                SELECT pg_is_in_recovery() AS standby,
+                f"""
+                SELECT pg_is_in_recovery() AS standby, ({_SYSTEM}) AS system,
                        pg_last_wal_replay_lsn()::text AS replayed,
                        CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
                             ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())
@@ -203,15 +220,18 @@ class Reads:
                     await asyncio.wait_for(db.close(), _CONNECT_TIMEOUT)
             return
         assert row is not None
+        if row["system"] != self._system:
+            # A copy of another cluster (a wrong URL): its rows are not this primary's.
+            self._refuse(replica, "is not a replica of this primary (another system "
+                                  "identifier)")
+            return
         if not row["standby"]:
             # A promoted replica no longer follows the primary's writes.
-            if replica.up:
-                log.warning("read replica %s is not in recovery; skipped", replica.name)
-            replica.up = False
+            self._refuse(replica, "is not in recovery")
             return
         if not replica.up:
             log.info("read replica %s usable", replica.name)
-        replica.up = True
+        replica.up, replica.refused = True, None
         replica.replayed = lsn(row["replayed"])
         replica.lag = row["lag"] if row["lag"] is not None else 0.0
         replica.checked_at = time.monotonic()

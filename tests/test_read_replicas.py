@@ -27,6 +27,8 @@ from conftest import Api, LiveServer, User, migrated_database, new_event, new_pr
 from replica import Replica, replica_of
 from test_metrics import samples_of, value
 
+from db import embedded
+from db.migrate import migrate
 from kalends import accounts
 from kalends.service import config
 
@@ -210,3 +212,33 @@ async def test_a_replica_that_stops_costs_no_request(
         status, _, _ = await api.get(f"/v1/events/{event['id']}", reader)
         assert status == 200
         assert _reads(await samples_of(server), "replica1") == _reads(before, "replica1") + 1
+
+
+async def test_a_replica_of_another_primary_is_never_read(
+        replica: Replica, session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wrong URL (a replica of some other cluster, whose databases may even bear the
+    same names) is refused by its system identifier: reads stay on the primary and show
+    its rows, where the other cluster's would answer 500 or another service's data."""
+    data = Path(tempfile.mkdtemp(prefix="kalends-other-primary-"))
+    other, server = await asyncio.to_thread(embedded.start, data)
+    try:
+        await migrate(other)
+        with servers(other, replica) as [live]:
+            api = Api(session, live.url)
+            owner = live.create_user()
+            profile = await new_profile(api, owner)
+            before = await samples_of(live)
+            # Checked a few times over (every 25 ms): never found usable.
+            for _ in range(5):
+                await asyncio.sleep(0.05)
+                status, page, _ = await api.get("/v1/profiles", owner)
+                assert status == 200, page
+                assert [p["id"] for p in page["data"]] == [profile["id"]]
+            after = await samples_of(live)
+            assert _reads(after, "primary") - _reads(before, "primary") == 5
+            assert _reads(after, "replica1") == _reads(before, "replica1")
+        refusals = [r for r in caplog.records if "not a replica of this primary" in r.message]
+        assert len(refusals) == 1, [r.message for r in caplog.records]
+    finally:
+        await asyncio.to_thread(embedded.stop, server)
