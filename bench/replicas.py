@@ -2,21 +2,30 @@
 read-your-writes costs, and whether anyone ever reads an older state than their own.
 
     python bench/replicas.py [--users 20] [--events 20] [--rounds 2] [--requests 2000]
-                             [--concurrency 8] [--pairs 10000]
+                             [--concurrency 8] [--pairs 10000] [--writes 10]
 
 One embedded PostgreSQL (the primary) and a streaming replica made from it with the
-embedded package's own `pg_basebackup` (tests/replica.py). Two `kalends serve`
-processes on the same database: A reads the primary only, B reads the replica
-(KALENDS_READ_DATABASE_URL) with read-your-writes. `--users` users (made in the
-database), each with a profile of `--events` events through the API.
+embedded package's own `pg_basebackup` (tests/replica.py). Three `kalends serve`
+processes on the same database, alike but for their replica settings:
+  A  reads the primary only (no KALENDS_READ_DATABASE_URL);
+  C  keeps read-your-writes' books but reads the primary: its KALENDS_READ_DATABASE_URL
+     names a port nobody listens on, so every request pays what B's pays for the
+     bookkeeping (a write records its user's WAL position, the key lookup returns it,
+     the replica is checked every 25 ms) and no read goes to a replica;
+  B  reads the replica, with read-your-writes.
+`--users` users (made in the database), each with a profile of `--events` events
+through the API. The replica streams all along, for A and C too: on these 2 cores its
+replay is everyone's load, where a real replica runs on its own machine.
 
-Each round measures, A then B (A B A B over the rounds), `--requests` requests of a
-read-heavy mix from `--concurrency` clients: each request is one user's, 90 % reads
+Each round measures A, C then B (A C B A C B over the rounds) with `--requests`
+requests of a read-heavy mix, first from one client (what a request costs, without
+queueing), then from `--concurrency` clients. Each request is one user's: 90 % reads
 (`GET /v1/agenda?days=7`, `GET /v1/profiles/{id}/events?limit=20`, `GET /v1/events/{id}`,
-`GET /v1/free-busy` over 7 days) and 10 % writes (`PATCH /v1/events/{id}`). Printed: the
-share of B's reads the replica served (B's /metrics), each side's p50/p99, and B's p50
-less A's (what read-your-writes and the routing cost per request; the replica is on the
-same 2 cores, so this is the cost, not a saving).
+`GET /v1/free-busy` over 7 days) and 10 % writes (`PATCH /v1/events/{id}`; `--writes`
+sets the share). Printed per
+side: p50/p99 of the mix, p50 of its reads and of its writes; C's p50 less A's (what
+read-your-writes costs a request) and B's less A's (that and reading from a replica on
+the same cores); the share of B's reads the replica served (B's /metrics).
 
 Then the stale-read check: the replica is held 500 ms behind (`recovery_min_apply_delay`)
 and `--pairs` write-then-read pairs run through B from `--concurrency` clients, each
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import random
 import secrets
 import statistics
@@ -102,11 +112,11 @@ async def _seed(session: aiohttp.ClientSession, url: str, people: list[dict[str,
         person["events"] = ",".join(ids)
 
 
-def _request(url: str, person: dict[str, str], rng: random.Random
+def _request(url: str, person: dict[str, str], rng: random.Random, write_share: float
              ) -> tuple[str, str, Any, str]:
     """One request of the mix: (method, url, body, key)."""
     events = person["events"].split(",")
-    if rng.random() < 0.1:
+    if rng.random() < write_share:
         return ("PATCH", f"{url}/v1/events/{rng.choice(events)}",
                 {"title": f"t{rng.randrange(10**9)}"}, person["key"])
     start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -119,11 +129,12 @@ def _request(url: str, person: dict[str, str], rng: random.Random
 
 
 async def _mix(session: aiohttp.ClientSession, url: str, name: str,
-               people: list[dict[str, str]], total: int, concurrency: int, seed: int
-               ) -> Result:
-    result = Result(name)
+               people: list[dict[str, str]], total: int, concurrency: int, seed: int,
+               write_share: float) -> tuple[Result, Result, Result]:
+    """The mix's requests from `concurrency` clients: (all, the reads, the writes)."""
+    every, reads, writes = Result(name), Result(f"{name} reads"), Result(f"{name} writes")
     rng = random.Random(seed)
-    plan = [_request(url, rng.choice(people), rng) for _ in range(total)]
+    plan = [_request(url, rng.choice(people), rng, write_share) for _ in range(total)]
     queue = iter(plan)
 
     async def client() -> None:
@@ -132,14 +143,16 @@ async def _mix(session: aiohttp.ClientSession, url: str, name: str,
             async with session.request(method, target, json=body,
                                        headers={"Authorization": f"Bearer {key}"}) as r:
                 await r.read()
-            result.latencies.append(time.perf_counter() - started)
-            result.statuses[r.status] += 1
+            took = time.perf_counter() - started
+            for result in (every, writes if method == "PATCH" else reads):
+                result.latencies.append(took)
+                result.statuses[r.status] += 1
 
     began = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
-    result.wall = time.perf_counter() - began
-    print(f"measured {name}: {result.count} requests in {result.wall:.1f} s", flush=True)
-    return result
+    every.wall = time.perf_counter() - began
+    print(f"measured {name}: {every.count} requests in {every.wall:.1f} s", flush=True)
+    return every, reads, writes
 
 
 async def _reads_by_target(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -189,55 +202,62 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
         await _seed(session, url, people, args.events)
         root = Path(tempfile.mkdtemp(prefix="kalends-bench-replica-", dir="/tmp"))
         with replica_of(dsn, root) as replica:
-            env = dict(harness._SERVICE_ENV, DATABASE_URL=dsn, KALENDS_JOBS="off",
-                       KALENDS_READ_DATABASE_URL=replica.dsn_for("postgres"))
-            # KALENDS_DATA_DIR stays: B finds A's secret.key there (DATABASE_URL wins
-            # over the embedded server).
-            b = harness.Service(env, harness.subdir(root, "b"))
+            # KALENDS_DATA_DIR stays: each finds the bench service's secret.key there
+            # (DATABASE_URL wins over the embedded server).
+            env = dict(harness._SERVICE_ENV, DATABASE_URL=dsn, KALENDS_JOBS="off")
+            env.pop("KALENDS_READ_DATABASE_URL", None)
+            nobody = f"postgresql://postgres@127.0.0.1:{harness._free_port()}/postgres"
+            services = {
+                "A": harness.Service(env, harness.subdir(root, "a")),
+                "C": harness.Service(dict(env, KALENDS_READ_DATABASE_URL=nobody),
+                                     harness.subdir(root, "c")),
+                "B": harness.Service(dict(env, KALENDS_READ_DATABASE_URL=replica.dsn_for(
+                    "postgres")), harness.subdir(root, "b")),
+            }
             try:
-                b.wait_ready()
-                return await _measure(session, url, b.url, people, reader, replica, dsn,
-                                      args)
+                for service in services.values():
+                    service.wait_ready()
+                return await _measure(session, {k: s.url for k, s in services.items()},
+                                      people, reader, replica, dsn, args)
             finally:
-                b.stop()
+                for service in services.values():
+                    service.stop()
 
 
-async def _measure(session: aiohttp.ClientSession, a_url: str, b_url: str,
+_SIDES = {"A": "A primary only", "C": "C books only", "B": "B with a replica"}
+
+
+async def _measure(session: aiohttp.ClientSession, urls: dict[str, str],
                    people: list[dict[str, str]], reader: dict[str, str], replica: Any,
                    dsn: str, args: argparse.Namespace) -> list[Result]:
     await asyncio.to_thread(replica.wait_caught_up, dsn)
     results: list[Result] = []
-    shares = []
-    for round_ in range(args.rounds):
-        seed = 1000 + round_
-        for side, url in (("A primary only", a_url), ("B with a replica", b_url)):
-            await _mix(session, url, "warm-up", people, args.requests // 10,
-                       args.concurrency, seed + 7)
-            before = await _reads_by_target(session, b_url)
-            results.append(await _mix(session, url, f"{side} #{round_ + 1}", people,
-                                      args.requests, args.concurrency, seed))
-            if url == b_url:
-                after = await _reads_by_target(session, b_url)
-                replica_reads = after.get("replica1", 0) - before.get("replica1", 0)
-                primary_reads = after.get("primary", 0) - before.get("primary", 0)
-                shares.append(replica_reads / max(1, replica_reads + primary_reads))
-    a = [r for r in results if r.name.startswith("A")]
-    b = [r for r in results if r.name.startswith("B")]
-    print("\nmix (90 % reads), median over rounds:")
-    print(f"  A primary only    p50 {statistics.median(r.percentile(50) for r in a):6.2f} ms"
-          f"  p99 {statistics.median(r.percentile(99) for r in a):6.2f} ms")
-    print(f"  B with a replica  p50 {statistics.median(r.percentile(50) for r in b):6.2f} ms"
-          f"  p99 {statistics.median(r.percentile(99) for r in b):6.2f} ms")
-    costs = [y.percentile(50) - x.percentile(50) for x, y in zip(a, b, strict=True)]
-    print(f"  B p50 - A p50 per round: {', '.join(f'{c:+.2f}' for c in costs)} ms "
-          "(goal: read-your-writes at most +0.3 ms)")
-    print(f"  reads the replica served, per round: {', '.join(f'{s:.1%}' for s in shares)} "
-          "(goal: at least 85 %)")
+    share = args.writes / 100
+    for concurrency in (1, args.concurrency):
+        found: dict[str, list[tuple[Result, Result, Result]]] = {side: [] for side in urls}
+        shares = []
+        for round_ in range(args.rounds):
+            seed = 1000 + round_
+            for side, url in urls.items():
+                await _mix(session, url, "warm-up", people, args.requests // 10,
+                           concurrency, seed + 7, share)
+                before = await _reads_by_target(session, url)
+                measured = await _mix(session, url, f"{_SIDES[side]} #{round_ + 1} "
+                                      f"x{concurrency}", people, args.requests, concurrency,
+                                      seed, share)
+                found[side].append(measured)
+                results.append(measured[0])
+                if side == "B":
+                    after = await _reads_by_target(session, url)
+                    on_replica = after.get("replica1", 0) - before.get("replica1", 0)
+                    on_primary = after.get("primary", 0) - before.get("primary", 0)
+                    shares.append(on_replica / max(1, on_replica + on_primary))
+        _report(found, shares, concurrency, 100 - args.writes)
 
     await asyncio.to_thread(replica.set_apply_delay, 500)
     began = time.perf_counter()
-    done, stale, others, others_stale = await _pairs(session, b_url, people, reader, args.pairs,
-                                       args.concurrency)
+    done, stale, others, others_stale = await _pairs(session, urls["B"], people, reader,
+                                                     args.pairs, args.concurrency)
     took = time.perf_counter() - began
     await asyncio.to_thread(replica.set_apply_delay, 0)
     print(f"\nreplica 500 ms behind: {done} write-then-read pairs in {took:.1f} s, "
@@ -248,6 +268,31 @@ async def _measure(session: aiohttp.ClientSession, a_url: str, b_url: str,
     return results
 
 
+def _report(found: dict[str, list[tuple[Result, Result, Result]]], shares: list[float],
+            concurrency: int, reads_percent: int) -> None:
+    def median(side: str, part: int, p: float) -> float:
+        measured = [r[part].percentile(p) for r in found[side] if r[part].count]
+        return statistics.median(measured) if measured else math.nan
+
+    print(f"\nmix ({reads_percent} % reads) from {concurrency} client(s), median over rounds, "
+          "ms:")
+    print("                     p50     p99   reads p50  writes p50")
+    for side, name in _SIDES.items():
+        print(f"  {name:17} {median(side, 0, 50):6.2f}  {median(side, 0, 99):6.2f}"
+              f"     {median(side, 1, 50):6.2f}      {median(side, 2, 50):6.2f}")
+    for side, what in (("C", "read-your-writes' books"), ("B", "books and replica reads")):
+        costs = [y[0].percentile(50) - x[0].percentile(50)
+                 for x, y in zip(found["A"], found[side], strict=True)]
+        ratios = [y[0].percentile(50) / x[0].percentile(50)
+                  for x, y in zip(found["A"], found[side], strict=True)]
+        print(f"  {side} p50 - A p50 per round ({what}): "
+              f"{', '.join(f'{c:+.2f}' for c in costs)} ms; ratio "
+              f"{', '.join(f'{r:.3f}' for r in ratios)}")
+    print("  (goal: read-your-writes at most +0.3 ms at p50)")
+    print(f"  reads the replica served in B, per round: "
+          f"{', '.join(f'{s:.1%}' for s in shares)} (goal: at least 85 %)")
+
+
 def main() -> int:
     args = harness.options(__doc__ or "", {
         "users": (20, "users, each with a profile"),
@@ -256,6 +301,7 @@ def main() -> int:
         "requests": (2000, "requests of the mix per side and round"),
         "concurrency": (8, "concurrent clients"),
         "pairs": (10000, "write-then-read pairs through the delayed replica"),
+        "writes": (10, "percent of the mix's requests that write"),
     })
     return harness.run(_benchmark, args, f"{args.users} users, {args.rounds} A B rounds")
 

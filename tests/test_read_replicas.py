@@ -24,7 +24,8 @@ import aiohttp
 import asyncpg
 import pytest
 from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
-from replica import Replica, replica_of
+from replica import Replica, parse_lsn, replica_of
+from test_mcp import _modern, _post
 from test_metrics import samples_of, value
 
 from db import embedded
@@ -242,3 +243,41 @@ async def test_a_replica_of_another_primary_is_never_read(
         assert len(refusals) == 1, [r.message for r in caplog.records]
     finally:
         await asyncio.to_thread(embedded.stop, server)
+
+
+async def test_only_a_write_that_may_have_changed_something_is_recorded(
+        dsn: str, replica: Replica, session: aiohttp.ClientSession
+) -> None:
+    """A refused write (4xx: bad input changes nothing) costs the primary no record; an
+    answered one records where its user's writes end."""
+    with servers(dsn, replica) as [server]:
+        api = Api(session, server.url)
+        owner = server.create_user()
+        profile = await new_profile(api, owner)
+        event = await new_event(api, owner, profile)
+
+        async def recorded() -> str | None:
+            conn = await asyncpg.connect(dsn)
+            try:
+                return await conn.fetchval(  # type: ignore[no-any-return]
+                    "SELECT w.lsn::text FROM write_positions w JOIN users u ON u.id = w.user_id"
+                    " WHERE u.email = $1", owner.email)
+            finally:
+                await conn.close()
+
+        before = await recorded()
+        assert before is not None  # the profile and event were written
+        for body in ({"title": ""}, {"no_such_field": 1}, {"start_timezone": "Mars/Base"}):
+            status, answer, _ = await api.patch(f"/v1/events/{event['id']}", owner, json=body)
+            assert 400 <= status < 500, answer
+            assert await recorded() == before
+        # A write tool called with arguments that are no object: answered 400, not raised.
+        call = _modern("tools/call", {"name": "updateEvent", "arguments": []})
+        status, answer, _ = await _post(api, owner, call["body"], call["headers"])
+        assert status == 400, answer
+        assert await recorded() == before
+        status, answer, _ = await api.patch(f"/v1/events/{event['id']}", owner,
+                                            json={"title": "Renamed"})
+        assert status == 200, answer
+        after = await recorded()
+        assert after is not None and parse_lsn(after) > parse_lsn(before)
