@@ -24,11 +24,13 @@ import aiohttp
 import asyncpg
 import pytest
 from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
+from processes import Service, service_env
 from replica import Replica, parse_lsn, replica_of
 from test_mcp import _modern, _post
-from test_metrics import samples_of, value
+from test_metrics import parse, samples_of, scrape, value
 
 from db import embedded
+from db.database import Database
 from db.migrate import migrate
 from kalends import accounts
 from kalends.service import config
@@ -79,10 +81,17 @@ def _reads(samples: Any, target: str) -> float:
     return value(samples, "kalends_db_reads_total", target=target)
 
 
-async def _replica_used(server: LiveServer) -> None:
+async def _samples(url: str) -> Any:
+    status, text, _ = await scrape(url)
+    assert status == 200, text
+    return parse(text)
+
+
+async def _replica_used(server: LiveServer | str) -> None:
     """Until the server's check has found the (new or restarted) replica usable."""
+    url = server if isinstance(server, str) else server.url
     deadline = time.monotonic() + DEADLINE
-    while not (await samples_of(server)).get(
+    while not (await _samples(url)).get(
             ("kalends_db_replica_up", frozenset({("replica", "replica1")}))):
         assert time.monotonic() < deadline, "the replica is never used"
         await asyncio.sleep(0.05)
@@ -131,17 +140,45 @@ async def test_reads_go_to_the_replica_and_writes_never(
             await asyncio.sleep(0.1)
 
 
+@contextmanager
+def serve_processes(dsn: str, replica: Replica, workdir: Path, count: int
+                    ) -> Iterator[list[str]]:
+    """`count` `kalends serve` processes on the database `dsn`, each reading from
+    `replica` (KALENDS_READ_DATABASE_URL, as an operator sets it): their URLs."""
+    name = urlsplit(dsn).path.lstrip("/")
+    env = service_env(workdir / "data", DATABASE_URL=dsn, KALENDS_JOBS="off",
+                      KALENDS_READ_DATABASE_URL=replica.dsn_for(name))
+    made = [Service(workdir / "data", workdir / "logs", env=env) for _ in range(count)]
+    try:
+        for service in made:
+            service.wait_ready()
+        yield [f"http://127.0.0.1:{service.port}" for service in made]
+        for service in made:
+            assert service.stop() == 0, service.stderr[-4000:]
+    finally:
+        for service in made:
+            service.cleanup()
+
+
 async def test_a_user_reads_their_writes_through_a_replica_held_behind(
-        database_url: str, dsn: str, replica: Replica, session: aiohttp.ClientSession
+        database_url: str, dsn: str, replica: Replica, session: aiohttp.ClientSession,
+        tmp_path: Path
 ) -> None:
-    with servers(dsn, replica, count=2) as [first, second]:
-        one, other = Api(session, first.url), Api(session, second.url)
-        owner = first.create_user()
+    db = await Database.connect(dsn, min_size=1, max_size=2)
+    try:
+        made = await accounts.create_user(db, "writer@example.com", None, None)
         # The same user's second key, used on the second process.
-        second_key = first.admin(accounts.create_key, owner.email)["api_key"]
-        same = User(owner.email, second_key, owner.organization_id, owner.calendar_id,
-                    owner.consumer)
-        stranger = first.create_user()
+        second_key = (await accounts.create_key(db, made["email"]))["api_key"]
+        stranger_key = (await accounts.create_user(db, "reader@example.com", None, None)
+                        )["api_key"]
+    finally:
+        await db.close()
+    owner = User(made["email"], made["api_key"], made["organization_id"], made["calendar_id"],
+                 made["consumer"])
+    same = dataclasses.replace(owner, api_key=second_key)
+    stranger = dataclasses.replace(owner, email="reader@example.com", api_key=stranger_key)
+    with serve_processes(dsn, replica, tmp_path, count=2) as [first, second]:
+        one, other = Api(session, first), Api(session, second)
         profile = await new_profile(one, owner)
         event = await new_event(one, owner, profile)
         await asyncio.to_thread(replica.wait_caught_up, database_url)
@@ -149,7 +186,7 @@ async def test_a_user_reads_their_writes_through_a_replica_held_behind(
         await asyncio.to_thread(replica.set_apply_delay, 1500)
         try:
             stale = 0
-            before = await samples_of(second)
+            before = await _samples(second)
             for n in range(8):
                 title = f"Version {n}"
                 status, body, _ = await one.patch(f"/v1/events/{event['id']}", owner,
@@ -166,7 +203,7 @@ async def test_a_user_reads_their_writes_through_a_replica_held_behind(
                 assert status == 200
                 stale += seen["title"] != title
             assert stale > 0
-            after = await samples_of(second)
+            after = await _samples(second)
             assert _reads(after, "replica1") > _reads(before, "replica1")
         finally:
             await asyncio.to_thread(replica.set_apply_delay, 0)
