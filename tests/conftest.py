@@ -17,7 +17,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,7 @@ import asyncpg
 import plan_oracle
 import pytest
 from aiohttp import web
+from cdp import Page, chromium
 from processes import Service, kill_postgres
 
 import graph.schema as _graph_schema
@@ -367,3 +368,23 @@ def services() -> Iterator[list[Service]]:
     finally:
         for service in started:
             service.cleanup()
+
+
+# ---------------------------------------------------------------------------
+# In a browser: GraphiQL's pages (tests/test_graphiql.py, tests/test_graphiql_first_open.py).
+
+BROWSER_WIDTH, BROWSER_HEIGHT = 1280, 900
+"""The `browser` fixture's window, the size of its screenshots."""
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Page]:
+    """Headless Chromium (tests/cdp.py) with JavaScript on, as GraphiQL needs; a fresh
+    one each test, so no test sees another's localStorage (GraphiQL keeps its tabs
+    there). Tests that use it carry cdp.needs_chromium, which skips them where
+    Chromium is not installed. (tests/test_consent_browser.py's `page` is one with
+    scripts off.)"""
+    async with chromium(BROWSER_WIDTH, BROWSER_HEIGHT) as tab:
+        await tab.send("Runtime.enable")
+        await tab.send("Log.enable")
+        yield tab

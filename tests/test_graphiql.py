@@ -20,8 +20,17 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
-from cdp import Event, Page, chromium, needs_chromium, png_size
-from conftest import Api, LiveServer, User, assert_error, new_event, new_profile
+from cdp import Event, Page, needs_chromium, png_size
+from conftest import (
+    BROWSER_HEIGHT,
+    BROWSER_WIDTH,
+    Api,
+    LiveServer,
+    User,
+    assert_error,
+    new_event,
+    new_profile,
+)
 from yarl import URL
 
 from graph.ws import FEED
@@ -29,7 +38,6 @@ from graph.ws import FEED
 ASSETS = Path(__file__).resolve().parent.parent / "graph" / "graphiql"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 LOOK_AT = Path("/tmp/graphiql.png")  # a copy for a human to look at
-WIDTH, HEIGHT = 1280, 900
 A_KEY = re.compile(r"kal_[A-Za-z0-9_-]{8,}")  # what a real API key looks like
 YEAR = 365 * 24 * 3600
 
@@ -249,15 +257,6 @@ async def test_a_method_graphql_lacks_is_405(api: Api, user: User) -> None:
 # In a browser
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[Page]:
-    """Headless Chromium (tests/cdp.py) with JavaScript on, as GraphiQL needs."""
-    async with chromium(WIDTH, HEIGHT) as tab:
-        await tab.send("Runtime.enable")
-        await tab.send("Log.enable")
-        yield tab
-
-
 async def until(page: Page, expression: str, timeout: float = 20) -> Any:
     """The value of `expression` once it is truthy."""
     async def poll() -> Any:
@@ -339,7 +338,7 @@ async def test_a_query_with_a_key_typed_in_the_headers_editor(
     shot = tmp_path / "graphiql.png"  # tests/artifacts/ is not git-ignored
     shot.write_bytes(data)
     shutil.copyfile(shot, LOOK_AT)
-    assert png_size(data) == (WIDTH, HEIGHT)
+    assert png_size(data) == (BROWSER_WIDTH, BROWSER_HEIGHT)
 
     # Everything came from the service itself (GraphiQL's fonts are data: URLs).
     origin = live_server.url

@@ -5,32 +5,19 @@ placeholder key), the one-line hint where to put the key instead."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
-from cdp import Page, chromium, needs_chromium
+from cdp import Page, needs_chromium
 from conftest import LiveServer
 from test_graphiql import (
     HEADERS_EDITOR,
-    HEIGHT,
     QUERY_EDITOR,
     RESULT,
-    WIDTH,
     problems,
     requests_sent,
     until,
 )
 
 ERRORS = ("not_authenticated", "unknown or revoked", "error")
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Page]:
-    """Headless Chromium (tests/cdp.py), as test_graphiql.py opens it."""
-    async with chromium(WIDTH, HEIGHT) as tab:
-        await tab.send("Runtime.enable")
-        await tab.send("Log.enable")
-        yield tab
 
 
 async def _opened(page: Page, url: str) -> str:
