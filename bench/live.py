@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import multiprocessing
@@ -44,6 +45,7 @@ import shutil
 import sys
 import time
 import urllib.request
+from collections.abc import AsyncIterator, Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -63,6 +65,8 @@ Arrival = tuple[str, str, float]
 """(event ID, title shown, monotonic seconds)"""
 SETTLE_SECONDS = 10.0
 """How long after the last change the subscribers may take to receive everything."""
+SubscribersMain = Callable[[str, str, str, int, Connection], None]
+"""A subscribers' process: (GraphQL WebSocket URL, API key, profile ID, count, pipe)."""
 
 
 def _options() -> argparse.Namespace:
@@ -86,6 +90,29 @@ def _options() -> argparse.Namespace:
 # The subscribers' process
 
 
+async def graphql_socket(session: aiohttp.ClientSession, url: str, api_key: str
+                         ) -> aiohttp.ClientWebSocketResponse:
+    """A graphql-transport-ws socket to `url`, its connection acknowledged for the key."""
+    socket = await session.ws_connect(url, protocols=("graphql-transport-ws",))
+    await socket.send_json({"type": "connection_init",
+                            "payload": {"Authorization": f"Bearer {api_key}"}})
+    ack = await socket.receive_json(timeout=10)
+    if ack.get("type") != "connection_ack":
+        raise RuntimeError(f"connection_init answered {ack}")
+    return socket
+
+
+async def messages(socket: aiohttp.ClientWebSocketResponse
+                   ) -> AsyncIterator[tuple[dict[str, Any], float]]:
+    """Each message the socket receives, parsed, with its arrival (monotonic seconds),
+    until the socket closes or receives anything but text."""
+    async for message in socket:
+        arrived = time.monotonic()
+        if message.type is not aiohttp.WSMsgType.TEXT:
+            break
+        yield json.loads(message.data), arrived
+
+
 def _subscribers_main(url: str, api_key: str, profile_id: str, count: int,
                       pipe: Connection) -> None:
     asyncio.run(_subscribers(url, api_key, profile_id, count, pipe))
@@ -100,22 +127,13 @@ async def _subscribers(url: str, api_key: str, profile_id: str, count: int,
     async with aiohttp.ClientSession() as session:
         sockets = []
         for _ in range(count):
-            socket = await session.ws_connect(url, protocols=("graphql-transport-ws",))
-            await socket.send_json({"type": "connection_init",
-                                    "payload": {"Authorization": f"Bearer {api_key}"}})
-            ack = await socket.receive_json(timeout=10)
-            if ack.get("type") != "connection_ack":
-                raise RuntimeError(f"connection_init answered {ack}")
+            socket = await graphql_socket(session, url, api_key)
             await socket.send_json({"id": "1", "type": "subscribe", "payload": {
                 "query": DOCUMENT, "variables": {"profile_id": profile_id}}})
             sockets.append(socket)
 
         async def read(index: int, socket: aiohttp.ClientWebSocketResponse) -> None:
-            async for message in socket:
-                arrived = time.monotonic()
-                if message.type is not aiohttp.WSMsgType.TEXT:
-                    break
-                data = json.loads(message.data)
+            async for data, arrived in messages(socket):
                 if data.get("type") != "next":
                     failures.append(f"subscriber {index}: {data}")
                     return
@@ -140,6 +158,41 @@ def _metric(url: str, name: str) -> float:
         text = response.read().decode()
     found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
+
+
+async def _all_watched(url: str, count: int, seconds: float, service: str) -> None:
+    """Wait until the service's /metrics counts `count` change-feed watches."""
+    deadline = time.monotonic() + seconds
+    while await asyncio.to_thread(_metric, url, "kalends_change_feed_watches") < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the {service} does not count every subscription")
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def subscribed(main: SubscribersMain, url: str, api_key: str, profile_id: str,
+                     count: int, *, connect_seconds: float, watch_seconds: float,
+                     service: str) -> AsyncIterator[Connection]:
+    """Start `main` in a process of its own (so that reading the sockets does not delay
+    the writer) for `count` subscriptions to the service at `url`; yield the bench's
+    end of the pipe once the process says "subscribed" and the service's /metrics
+    counts every subscription. On leaving, wait up to 30 s for the process, then kill it."""
+    spawn = multiprocessing.get_context("spawn")
+    mine, theirs = spawn.Pipe()
+    process = spawn.Process(target=main, args=(
+        url.replace("http://", "ws://") + "/graphql", api_key, profile_id, count, theirs))
+    process.start()
+    try:
+        if not await asyncio.to_thread(mine.poll, connect_seconds):
+            raise RuntimeError(
+                f"the subscribers did not connect within {connect_seconds:.0f} s")
+        mine.recv()
+        await _all_watched(url, count, watch_seconds, service)
+        yield mine
+    finally:
+        process.join(timeout=30)
+        if process.is_alive():
+            process.kill()
 
 
 async def _call(session: aiohttp.ClientSession, method: str, url: str, expected: int,
@@ -215,42 +268,28 @@ async def _run(writer: str, reader: str, dsn: str, api_key: str, args: argparse.
                      for i in range(args.events)]
         announced: list[tuple[str, float]] = []
         listening = await _announced(dsn, profile["id"], announced)
-        spawn = multiprocessing.get_context("spawn")
-        mine, theirs = spawn.Pipe()
-        subscribers = spawn.Process(target=_subscribers_main, args=(
-            reader.replace("http://", "ws://") + "/graphql", api_key, profile["id"],
-            args.subscribers, theirs))
-        subscribers.start()
         try:
-            if not await asyncio.to_thread(mine.poll, 60):
-                raise RuntimeError("the subscribers did not connect within 60 s")
-            mine.recv()
-            deadline = time.monotonic() + 30
-            while await asyncio.to_thread(_metric, reader, "kalends_change_feed_watches"
-                                          ) < args.subscribers:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the reader does not count every subscription")
-                await asyncio.sleep(0.05)
-            print(f"{args.subscribers} subscribers on the reader; "
-                  f"{args.warmup} warm-up changes", flush=True)
-            await _changes(session, writer, event_ids,
-                           [f"w{i}" for i in range(args.warmup)], args.rate)
-            await asyncio.sleep(1)
-            measured = [f"c{i}" for i in range(args.rate * args.seconds)]
-            print(f"{len(measured)} measured changes at {args.rate}/s", flush=True)
-            began = time.monotonic()
-            times, statuses = await _changes(session, writer, event_ids, measured, args.rate)
-            wall = time.monotonic() - began
-            await asyncio.sleep(SETTLE_SECONDS)
-            mine.send("stop")
-            if not await asyncio.to_thread(mine.poll, 60):
-                raise RuntimeError("the subscribers did not report within 60 s")
-            report = mine.recv()
+            async with subscribed(_subscribers_main, reader, api_key, profile["id"],
+                                  args.subscribers, connect_seconds=60, watch_seconds=30,
+                                  service="reader") as mine:
+                print(f"{args.subscribers} subscribers on the reader; "
+                      f"{args.warmup} warm-up changes", flush=True)
+                await _changes(session, writer, event_ids,
+                               [f"w{i}" for i in range(args.warmup)], args.rate)
+                await asyncio.sleep(1)
+                measured = [f"c{i}" for i in range(args.rate * args.seconds)]
+                print(f"{len(measured)} measured changes at {args.rate}/s", flush=True)
+                began = time.monotonic()
+                times, statuses = await _changes(session, writer, event_ids, measured,
+                                                 args.rate)
+                wall = time.monotonic() - began
+                await asyncio.sleep(SETTLE_SECONDS)
+                mine.send("stop")
+                if not await asyncio.to_thread(mine.poll, 60):
+                    raise RuntimeError("the subscribers did not report within 60 s")
+                report = mine.recv()
         finally:
             await listening.close()
-            subscribers.join(timeout=30)
-            if subscribers.is_alive():
-                subscribers.kill()
 
     from_commit: list[float] = []
     from_answer: list[float] = []

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import multiprocessing
 import secrets
 import statistics
 import sys
@@ -36,9 +34,6 @@ import harness
 import live
 from harness import Result
 
-DOCUMENT = """subscription changes($profile_id: ID!) {
-  event_changes(profile_id: $profile_id) { type event { id title } }
-}"""
 PER_SOCKET = 32
 REACH_TIMEOUT = 10.0
 
@@ -58,24 +53,15 @@ async def _subscribers(url: str, api_key: str, profile_id: str, count: int,
         sockets = []
         left = count
         while left:
-            socket = await session.ws_connect(url, protocols=("graphql-transport-ws",))
-            await socket.send_json({"type": "connection_init",
-                                    "payload": {"Authorization": f"Bearer {api_key}"}})
-            ack = await socket.receive_json(timeout=10)
-            if ack.get("type") != "connection_ack":
-                raise RuntimeError(f"connection_init answered {ack}")
+            socket = await live.graphql_socket(session, url, api_key)
             for n in range(min(PER_SOCKET, left)):
                 await socket.send_json({"id": str(n), "type": "subscribe", "payload": {
-                    "query": DOCUMENT, "variables": {"profile_id": profile_id}}})
+                    "query": live.DOCUMENT, "variables": {"profile_id": profile_id}}})
             left -= min(PER_SOCKET, left)
             sockets.append(socket)
 
         async def read(socket: aiohttp.ClientWebSocketResponse) -> None:
-            async for message in socket:
-                now = time.monotonic()
-                if message.type is not aiohttp.WSMsgType.TEXT:
-                    break
-                data = json.loads(message.data)
+            async for data, now in live.messages(socket):
                 if data.get("type") != "next":
                     failures.append(str(data)[:200])
                     continue
@@ -133,37 +119,20 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
                              201, {"title": "Watched", "start_time": "2031-01-01T10:00:00Z",
                                    "start_timezone": "UTC"})
     await _patches(session, url, event["id"], "w", 20, None, 0)  # warm-up
-    spawn = multiprocessing.get_context("spawn")
     results: list[Result] = []
     reach: list[float] = []
     for round_ in range(args.rounds):
         a, _ = await _patches(session, url, event["id"], f"A{round_ + 1}-", args.changes,
                               None, 0)
         results.append(a)
-        mine, theirs = spawn.Pipe()
-        subscribers = spawn.Process(target=_subscribers_main, args=(
-            url.replace("http://", "ws://") + "/graphql", api_key, profile["id"],
-            args.subscriptions, theirs))
-        subscribers.start()
-        try:
-            if not await asyncio.to_thread(mine.poll, 120):
-                raise RuntimeError("the subscribers did not connect within 120 s")
-            mine.recv()
-            deadline = time.monotonic() + 60
-            while await asyncio.to_thread(live._metric, url, "kalends_change_feed_watches"
-                                          ) < args.subscriptions:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the service does not count every subscription")
-                await asyncio.sleep(0.05)
+        async with live.subscribed(_subscribers_main, url, api_key, profile["id"],
+                                   args.subscriptions, connect_seconds=120, watch_seconds=60,
+                                   service="service") as mine:
             b, reached = await _patches(session, url, event["id"], f"B{round_ + 1}-",
                                         args.changes, mine, args.subscriptions)
             results.append(b)
             reach += reached
             mine.send(None)
-        finally:
-            subscribers.join(timeout=30)
-            if subscribers.is_alive():
-                subscribers.kill()
         print(f"round {round_ + 1}: PATCH p50 without {a.percentile(50):.1f} ms, with "
               f"{args.subscriptions} subscriptions {b.percentile(50):.1f} ms", flush=True)
     ratios = [results[i + 1].percentile(50) / results[i].percentile(50)
