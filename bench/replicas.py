@@ -17,17 +17,20 @@ processes on the same database, alike but for their replica settings:
 through the API. The replica streams all along, for A and C too: on these 2 cores its
 replay is everyone's load, where a real replica runs on its own machine.
 
-Each round measures A, C then B (A C B A C B over the rounds) with `--requests`
+First, what recording a write's position costs on its own: `Reads.wrote` against
+`SELECT 1` through the same pool, A B A B.
+
+Then each round measures A, C then B (A C B A C B over the rounds) with `--requests`
 requests of a read-heavy mix, first from one client (what a request costs, without
 queueing), then from `--concurrency` clients. Each request is one user's: 90 % reads
 (`GET /v1/agenda?days=7`, `GET /v1/profiles/{id}/events?limit=20`, `GET /v1/events/{id}`,
 `GET /v1/free-busy` over 7 days) and 10 % writes (`PATCH /v1/events/{id}`; `--writes`
-sets the share). Printed per
-side: p50/p99 of the mix, p50 of its reads and of its writes; C's p50 less A's (what
-read-your-writes costs a request) and B's less A's (that and reading from a replica on
-the same cores); the share of B's reads the replica served (B's /metrics).
+sets the share). Printed per side: p50/p99 of the mix, p50 of its reads and of its
+writes; C's p50 less A's (what read-your-writes costs a request) and B's less A's (that
+and reading from a replica on the same cores); the share of B's reads the replica
+served (B's /metrics).
 
-Then the stale-read check: the replica is held 500 ms behind (`recovery_min_apply_delay`)
+Last, the stale-read check: the replica is held 500 ms behind (`recovery_min_apply_delay`)
 and `--pairs` write-then-read pairs run through B from `--concurrency` clients, each
 client one user: PATCH an event's title, then GET it (with the user's second key, for
 a different consumer row than the write's), which must show that title; also GET it as
@@ -200,6 +203,7 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
         people = await _people(dsn, args.users + 1)
         reader, people = people[-1], people[:-1]
         await _seed(session, url, people, args.events)
+        await _record_cost(dsn, people[0]["email"])
         root = Path(tempfile.mkdtemp(prefix="kalends-bench-replica-", dir="/tmp"))
         with replica_of(dsn, root) as replica:
             # KALENDS_DATA_DIR stays: each finds the bench service's secret.key there
@@ -222,6 +226,31 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
             finally:
                 for service in services.values():
                     service.stop()
+
+
+async def _record_cost(dsn: str, email: str, count: int = 1000) -> None:
+    """What recording a write's position costs on its own: `Reads.wrote` against a
+    `SELECT 1` through the same pool, A B A B."""
+    from db.database import Database
+    from db.replicas import Reads
+
+    db = await Database.connect(dsn, min_size=1, max_size=2)
+    try:
+        user_id = await db.fetchval("SELECT id FROM users WHERE email = $1", email)
+        reads = Reads.of(db, [], 5.0)
+        timed: dict[str, list[float]] = {"record": [], "select 1": []}
+        for _ in range(2):
+            for name, call in (("record", lambda: reads.wrote(user_id)),
+                               ("select 1", lambda: db.fetchval("SELECT 1"))):
+                for _ in range(count):
+                    started = time.perf_counter()
+                    await call()
+                    timed[name].append((time.perf_counter() - started) * 1000)
+    finally:
+        await db.close()
+    record, select = (statistics.median(timed[n]) for n in ("record", "select 1"))
+    print(f"a write's position record alone: p50 {record:.3f} ms, against {select:.3f} ms "
+          f"for SELECT 1 ({2 * count} each, A B A B)")
 
 
 _SIDES = {"A": "A primary only", "C": "C books only", "B": "B with a replica"}
