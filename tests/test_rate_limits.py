@@ -258,6 +258,7 @@ def test_serve_with_four_workers_holds_the_limit(
     ("KALENDS_MCP_ALLOWED_ORIGINS", "not an origin"),
     ("KALENDS_METRICS_TOKEN", "short"),
     ("DATABASE_URL", "mysql://db.example.com/kalends"),
+    ("KALENDS_READ_DATABASE_URL", "postgresql://u:p@db/k,postgresql://kal:p@ss@replica/k"),
 ])
 def test_bad_configuration_is_refused_with_one_line(
     tmp_path: Path, variable: str, value: str
@@ -269,8 +270,9 @@ def test_bad_configuration_is_refused_with_one_line(
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("kalends: invalid configuration: "), lines
     assert variable in lines[0]
-    if variable in ("KALENDS_METRICS_TOKEN", "DATABASE_URL"):
+    if variable in ("KALENDS_METRICS_TOKEN", "DATABASE_URL", "KALENDS_READ_DATABASE_URL"):
         assert value not in lines[0]  # secrets are never echoed
+        assert "p@ss" not in lines[0]
     assert proc.stdout == b""
     assert not (tmp_path / "data").exists()  # refused before anything started
 

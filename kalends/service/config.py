@@ -133,17 +133,8 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
 def _read_urls(value: str | None) -> tuple[str, ...]:
     """KALENDS_READ_DATABASE_URL: one or more replica URLs, comma-separated, each
     checked as DATABASE_URL is."""
-    urls = []
-    for part in (value or "").split(","):
-        if part.strip():
-            try:
-                checked = _database_url(part.strip())
-            except ConfigError as exc:
-                raise ConfigError(str(exc).replace("DATABASE_URL",
-                                                   "KALENDS_READ_DATABASE_URL")) from None
-            assert checked is not None
-            urls.append(checked)
-    return tuple(urls)
+    return tuple(_postgres_url(part.strip(), "KALENDS_READ_DATABASE_URL")
+                 for part in (value or "").split(",") if part.strip())
 
 
 def _smtp_url(env: Mapping[str, str], name: str) -> str | None:
@@ -233,21 +224,25 @@ def database_url(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def _database_url(value: str | None) -> str | None:
-    if not value:
-        return None
+    return _postgres_url(value, "DATABASE_URL") if value else None
+
+
+def _postgres_url(value: str, name: str) -> str:
+    """`value`, the variable `name`, if it is a PostgreSQL URL the driver reads as
+    written."""
     try:
         parts = urlsplit(value)
     except ValueError:
         parts = None
     # Never echo it: a DSN may carry a password.
     if parts is None or parts.scheme not in ("postgres", "postgresql"):
-        raise ConfigError("DATABASE_URL is not valid: expected postgresql://user:pass@host/db")
+        raise ConfigError(f"{name} is not valid: expected postgresql://user:pass@host/db")
     if parts.netloc.count("@") > 1 or "@" in parts.path + parts.fragment \
             or any("@" in piece.partition("=")[0] for piece in parts.query.split("&")):
         # An unencoded @ / ? or # in a password (a query parameter's name never has
         # an @): the driver would take part of the password for the host, and name
         # it in its errors.
-        raise ConfigError("DATABASE_URL is not valid: characters such as @ / ? # in the user "
+        raise ConfigError(f"{name} is not valid: characters such as @ / ? # in the user "
                           "name or password must be percent-encoded (%40 %2F %3F %23)")
     return value
 
