@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -121,7 +120,6 @@ class Replica:
     replayed: int | None = None
     lag: float | None = None
     """Seconds behind the primary at the last check (0 when it has replayed all it got)."""
-    checked_at: float = field(default=0.0)
 
 
 @dataclass
@@ -144,6 +142,8 @@ class Reads:
     async def start(self) -> None:
         """Check every replica once (a replica down at start is simply skipped), then
         keep checking in the background."""
+        # On the pool itself, as the checks: no request's statement (query_count).
+        self._system = await self.primary.pool.fetchval(_SYSTEM)
         await asyncio.gather(*(self._check(r) for r in self.replicas))
         self._task = asyncio.create_task(self._watch(), name="read replica checks")
 
@@ -198,9 +198,6 @@ class Reads:
                     Database.connect(replica.dsn, min_size=1, max_size=self.pool_size),
                     _CONNECT_TIMEOUT)
                 replica.db = OrPrimary(replica, connected.pool, self.primary)
-            if self._system is None:
-                self._system = await asyncio.wait_for(self.primary.pool.fetchval(_SYSTEM),
-                                                      _CONNECT_TIMEOUT)
             # On the pool itself: a check is no request's statement (query_count).
             row = await asyncio.wait_for(replica.db.pool.fetchrow(
                 f"""
@@ -234,4 +231,3 @@ class Reads:
         replica.up, replica.refused = True, None
         replica.replayed = lsn(row["replayed"])
         replica.lag = row["lag"] if row["lag"] is not None else 0.0
-        replica.checked_at = time.monotonic()
