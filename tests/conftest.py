@@ -92,14 +92,22 @@ READ_REPLICA: list[Any] = []
 live server of the session reads from, as KALENDS_READ_DATABASE_URL would make it."""
 
 
+def data_root() -> Path:
+    """Where tests make their servers' directories: KALENDS_TEST_DATA_DIR, else the
+    system's temporary directory; never under /root, since the embedded server widens
+    its data directory's parents and a replica's own user must reach its directory."""
+    base = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir())).resolve()
+    assert base != Path("/root") and Path("/root") not in base.parents
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     server = None
     base = os.environ.get("DATABASE_URL")
-    # Not under /root: the embedded server widens its data dir's parents.
-    root = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir()))
+    root = data_root()
     if not base:
-        root.mkdir(parents=True, exist_ok=True)
         base, server = embedded.start(Path(tempfile.mkdtemp(prefix="kalends-test-", dir=root)))
     try:
         with ExitStack() as stack:
@@ -348,10 +356,7 @@ def insert_connected_calendar(live_server: LiveServer, user_id: str, name: str =
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
     """A fresh KALENDS_DATA_DIR outside /root; any postgres left on it is killed at the end."""
-    base = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir())).resolve()
-    assert base != Path("/root") and Path("/root") not in base.parents
-    base.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="kalends-svc-", dir=base)).resolve()
+    path = Path(tempfile.mkdtemp(prefix="kalends-svc-", dir=data_root()))
     try:
         yield path
     finally:

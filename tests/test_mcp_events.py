@@ -38,7 +38,8 @@ def _error(result: CallToolResult, code: str, param: str | None = None) -> dict[
 
 
 @asynccontextmanager
-async def _client(live_server: Any, user: Any) -> AsyncIterator[Client]:
+async def sdk_client(live_server: Any, user: Any) -> AsyncIterator[Client]:
+    """The official SDK's client on /mcp-developer, as `user`."""
     async with (
         httpx2.AsyncClient(headers=user.headers) as http,
         Client(streamable_http_client(live_server.url + "/mcp-developer", http_client=http),
@@ -47,7 +48,8 @@ async def _client(live_server: Any, user: Any) -> AsyncIterator[Client]:
         yield client
 
 
-async def _tools(client: Client) -> dict[str, Any]:
+async def list_tools(client: Client) -> dict[str, Any]:
+    """Every tool, by name, through all the pages of tools/list."""
     tools: dict[str, Any] = {}
     cursor: str | None = None
     while True:
@@ -59,8 +61,8 @@ async def _tools(client: Client) -> dict[str, Any]:
 
 
 async def test_events_series_and_rsvps_as_tools(live_server: Any, user: Any) -> None:
-    async with _client(live_server, user) as client:
-        tools = await _tools(client)
+    async with sdk_client(live_server, user) as client:
+        tools = await list_tools(client)
         assert set(ISSUE_OPERATIONS) <= set(tools)
         # Input schemas carry the ID patterns, and the time fields are described for agents.
         create_schema = tools["createEvent"].input_schema
@@ -132,7 +134,7 @@ async def test_events_series_and_rsvps_as_tools(live_server: Any, user: Any) -> 
 async def test_update_keeps_the_end_and_reschedule_the_duration(
     live_server: Any, user: Any
 ) -> None:
-    async with _client(live_server, user) as client:
+    async with sdk_client(live_server, user) as client:
         profile = _ok(await client.call_tool(
             "createProfile", {"platform_id": "mcp-mv-" + secrets.token_hex(4),
                               "display_name": "MCP moves"}))

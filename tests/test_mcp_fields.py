@@ -11,13 +11,12 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx2
 import orjson
 import pytest
 from conftest import Api, LiveServer, User, new_profile
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
+from test_mcp_events import list_tools, sdk_client
 
 from kalends.registry import OPERATIONS
 from mcp_bridge import tools
@@ -25,13 +24,10 @@ from mcp_bridge import tools
 
 @asynccontextmanager
 async def _client(live_server: LiveServer, user: User) -> AsyncIterator[Client]:
-    """The official SDK's client on /mcp-developer, in the test's own task."""
-    async with (
-        httpx2.AsyncClient(headers=user.headers) as http,
-        Client(streamable_http_client(live_server.url + "/mcp-developer", http_client=http),
-               cache=None) as made,
-    ):
-        await made.list_tools()  # the SDK keeps each tool's outputSchema to check results
+    """The official SDK's client on /mcp-developer, in the test's own task, once it
+    has listed the tools: the SDK keeps each tool's outputSchema to check results."""
+    async with sdk_client(live_server, user) as made:
+        await list_tools(made)
         yield made
 
 

@@ -54,8 +54,9 @@ async def scrape(base: str, headers: dict[str, str] | None = None) -> tuple[int,
         return resp.status, await resp.text(), resp.headers
 
 
-async def samples_of(server: LiveServer) -> Samples:
-    status, text, headers = await scrape(server.url)
+async def samples_of(server: LiveServer | str) -> Samples:
+    """The /metrics samples of a live server, or of the service at a URL."""
+    status, text, headers = await scrape(server if isinstance(server, str) else server.url)
     assert status == 200, text
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4"), headers
     return parse(text)

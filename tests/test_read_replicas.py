@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -23,11 +22,19 @@ from urllib.parse import urlsplit
 import aiohttp
 import asyncpg
 import pytest
-from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
+from conftest import (
+    Api,
+    LiveServer,
+    User,
+    data_root,
+    migrated_database,
+    new_event,
+    new_profile,
+)
 from processes import Service, service_env
 from replica import Replica, parse_lsn, replica_of
 from test_mcp import _modern, _post
-from test_metrics import parse, samples_of, scrape, value
+from test_metrics import samples_of, value
 
 from db import embedded
 from db.database import Database
@@ -42,8 +49,7 @@ DEADLINE = 20.0
 
 @pytest.fixture(scope="module")
 def replica(database_url: str) -> Iterator[Replica]:
-    root = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir()))
-    with tempfile.TemporaryDirectory(prefix="kalends-replica-", dir=root) as workdir, \
+    with tempfile.TemporaryDirectory(prefix="kalends-replica-", dir=data_root()) as workdir, \
             replica_of(database_url, Path(workdir)) as made:
         yield made
 
@@ -81,17 +87,10 @@ def _reads(samples: Any, target: str) -> float:
     return value(samples, "kalends_db_reads_total", target=target)
 
 
-async def _samples(url: str) -> Any:
-    status, text, _ = await scrape(url)
-    assert status == 200, text
-    return parse(text)
-
-
 async def _replica_used(server: LiveServer | str) -> None:
     """Until the server's check has found the (new or restarted) replica usable."""
-    url = server if isinstance(server, str) else server.url
     deadline = time.monotonic() + DEADLINE
-    while not (await _samples(url)).get(
+    while not (await samples_of(server)).get(
             ("kalends_db_replica_up", frozenset({("replica", "replica1")}))):
         assert time.monotonic() < deadline, "the replica is never used"
         await asyncio.sleep(0.05)
@@ -186,7 +185,7 @@ async def test_a_user_reads_their_writes_through_a_replica_held_behind(
         await asyncio.to_thread(replica.set_apply_delay, 1500)
         try:
             stale = 0
-            before = await _samples(second)
+            before = await samples_of(second)
             for n in range(8):
                 title = f"Version {n}"
                 status, body, _ = await one.patch(f"/v1/events/{event['id']}", owner,
@@ -203,7 +202,7 @@ async def test_a_user_reads_their_writes_through_a_replica_held_behind(
                 assert status == 200
                 stale += seen["title"] != title
             assert stale > 0
-            after = await _samples(second)
+            after = await samples_of(second)
             assert _reads(after, "replica1") > _reads(before, "replica1")
         finally:
             await asyncio.to_thread(replica.set_apply_delay, 0)
@@ -258,7 +257,7 @@ async def test_a_replica_of_another_primary_is_never_read(
     """A wrong URL (a replica of some other cluster, whose databases may even bear the
     same names) is refused by its system identifier: reads stay on the primary and show
     its rows, where the other cluster's would answer 500 or another service's data."""
-    data = Path(tempfile.mkdtemp(prefix="kalends-other-primary-"))
+    data = Path(tempfile.mkdtemp(prefix="kalends-other-primary-", dir=data_root()))
     other, server = await asyncio.to_thread(embedded.start, data)
     try:
         await migrate(other)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import shutil
 import tempfile
@@ -20,17 +19,14 @@ from urllib.parse import urlsplit
 import asyncpg
 import psutil  # type: ignore[import-untyped]
 import pytest
-from conftest import migrated_database
+from conftest import data_root, migrated_database
 from replica import Replica, make_replica, postgres_processes, psql, replica_of
 
 
 @pytest.fixture(scope="module")
 def workdir() -> Iterator[Path]:
     """Outside /root (the replica's user must reach it), as conftest's `data_dir`."""
-    base = Path(os.environ.get("KALENDS_TEST_DATA_DIR", tempfile.gettempdir())).resolve()
-    assert base != Path("/root") and Path("/root") not in base.parents
-    base.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="kalends-replica-", dir=base)).resolve()
+    path = Path(tempfile.mkdtemp(prefix="kalends-replica-", dir=data_root()))
     try:
         yield path
     finally:
