@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import secrets
 import statistics
 import sys
@@ -67,14 +68,8 @@ async def _subscribe(url: str, keys: list[str], profile_id: str, concurrency: in
     return result
 
 
-async def _until(conn: asyncpg.Connection, query: str, *args: object) -> float:
-    """Seconds until `query` (a boolean) holds, polled every 10 ms."""
-    started = time.perf_counter()
-    while not await conn.fetchval(query, *args):
-        if time.perf_counter() - started > FAN_OUT_TIMEOUT:
-            raise RuntimeError(f"not within {FAN_OUT_TIMEOUT:.0f} s: {query}")
-        await asyncio.sleep(0.01)
-    return time.perf_counter() - started
+_until = functools.partial(harness.until, timeout=FAN_OUT_TIMEOUT)
+"""Seconds until a query holds, polled every 10 ms."""
 
 
 async def _call(session: aiohttp.ClientSession, method: str, url: str, expected: int,

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 120.0
@@ -406,6 +407,18 @@ async def database_url() -> AsyncIterator[str]:
         yield dsn
     finally:
         embedded.stop(server)
+
+
+async def until(conn: asyncpg.Connection, query: str, *args: object, timeout: float,
+                every: float = 0.01) -> float:
+    """Seconds until `query` (a boolean) holds on `conn`, polled every `every` seconds;
+    RuntimeError once `timeout` seconds have passed without it."""
+    started = time.perf_counter()
+    while not await conn.fetchval(query, *args):
+        if time.perf_counter() - started > timeout:
+            raise RuntimeError(f"not within {timeout:.0f} s: {query}")
+        await asyncio.sleep(every)
+    return time.perf_counter() - started
 
 
 Benchmark = Callable[[aiohttp.ClientSession, str, argparse.Namespace], Awaitable[list[Result]]]

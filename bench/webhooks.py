@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import heapq
 import itertools
 import os
@@ -196,13 +197,7 @@ async def _endpoints(session: aiohttp.ClientSession, url: str, group: _Group, ho
     result.wall += time.perf_counter() - started
 
 
-async def _until(conn: asyncpg.Connection, query: str, *args: object) -> None:
-    """Polls `query` (a boolean) every 10 ms until it holds."""
-    started = time.perf_counter()
-    while not await conn.fetchval(query, *args):
-        if time.perf_counter() - started > SETTLE_TIMEOUT:
-            raise RuntimeError(f"not within {SETTLE_TIMEOUT:.0f} s: {query}")
-        await asyncio.sleep(0.01)
+_until = functools.partial(harness.until, timeout=SETTLE_TIMEOUT)
 
 
 _SETTLED = """

@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -433,12 +434,7 @@ async def _measure_kind(session: aiohttp.ClientSession, url: str, meter: Meter, 
     return results
 
 
-async def _until(conn: asyncpg.Connection, query: str, *args: object) -> None:
-    started = time.perf_counter()
-    while not await conn.fetchval(query, *args):
-        if time.perf_counter() - started > SYNC_TIMEOUT:
-            raise RuntimeError(f"not within {SYNC_TIMEOUT:.0f} s: {query}")
-        await asyncio.sleep(0.05)
+_until = functools.partial(harness.until, timeout=SYNC_TIMEOUT, every=0.05)
 
 
 async def _sync(session: aiohttp.ClientSession, url: str, conn: asyncpg.Connection,
