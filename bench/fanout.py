@@ -31,21 +31,6 @@ from harness import Result
 FAN_OUT_TIMEOUT = 120.0
 
 
-async def _users(dsn: str, count: int) -> list[str]:
-    from db.database import Database
-    from kalends import accounts
-
-    db = await Database.connect(dsn, min_size=1, max_size=8)
-    try:
-        tag = secrets.token_hex(3)
-        made = await asyncio.gather(*(
-            accounts.create_user(db, f"fan-{tag}-{i}@example.com", f"Fan {i}")
-            for i in range(count)))
-    finally:
-        await db.close()
-    return [str(m["api_key"]) for m in made]
-
-
 async def _subscribe(url: str, keys: list[str], profile_id: str, concurrency: int) -> Result:
     result = Result("POST /v1/subscriptions", expected=201)
     body = {"subscription_type": "profile", "profile_id": profile_id}
@@ -87,7 +72,7 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
         "platform_id": f"fanout-{secrets.token_hex(4)}", "display_name": "Fan-out profile"})
     profile_id = str(profile["id"])
     async with harness.database_url() as dsn:
-        keys = await _users(dsn, args.subscribers)
+        keys = await harness.user_keys(dsn, args.subscribers, "fan", "Fan")
         print(f"{len(keys)} subscribers created", flush=True)
         subscribed = await _subscribe(url, keys, profile_id, args.concurrency)
         conn = await asyncpg.connect(dsn)

@@ -383,21 +383,6 @@ async def _spy(url: str, session: aiohttp.ClientSession, kind: Kind, first: int,
 # The benchmark
 
 
-async def _users(dsn: str, count: int, tag: str) -> list[str]:
-    """The API keys of `count` new users."""
-    from db.database import Database
-    from kalends import accounts
-
-    db = await Database.connect(dsn, min_size=1, max_size=8)
-    try:
-        made = await asyncio.gather(*(
-            accounts.create_user(db, f"w-{tag}-{i}@example.com", f"Writer {i}")
-            for i in range(count)))
-    finally:
-        await db.close()
-    return [str(m["api_key"]) for m in made]
-
-
 async def _call(session: aiohttp.ClientSession, method: str, url: str, expected: int,
                 body: object = None) -> dict[str, Any]:
     async with session.request(method, url, json=body) as response:
@@ -442,7 +427,7 @@ async def _sync(session: aiohttp.ClientSession, url: str, conn: asyncpg.Connecti
     profile = await _call(session, "POST", f"{url}/v1/profiles", 201, {
         "platform_id": f"sync-{secrets.token_hex(4)}", "display_name": "Synced profile"})
     profile_id = str(profile["id"])
-    users = await _users(dsn, args.subscribers, f"s{secrets.token_hex(3)}")
+    users = await harness.user_keys(dsn, args.subscribers, "w-s", "Writer")
     body = {"subscription_type": "profile", "profile_id": profile_id}
     subscribe = Kind("POST /v1/subscriptions", lambda i: "/v1/subscriptions", lambda i: body,
                      key_for=lambda i: users[i])
@@ -575,7 +560,7 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
             events = [str((await _call(session, "POST", f"{url}/v1/profiles/{host['id']}/events",
                                        201, _event_body(i, "Party")))["id"])
                       for i in range(RSVP_EVENTS)]
-            users = await _users(dsn, args.users, f"r{secrets.token_hex(3)}")
+            users = await harness.user_keys(dsn, args.users, "w-r", "Writer")
             needed = len(levels) * (args.warmup + args.requests) * (2 if args.profile else 1)
             if needed > len(users) * len(events):
                 raise RuntimeError(f"--users {args.users} x {RSVP_EVENTS} events < {needed} "
