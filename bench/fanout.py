@@ -57,18 +57,9 @@ _until = functools.partial(harness.until, timeout=FAN_OUT_TIMEOUT)
 """Seconds until a query holds, polled every 10 ms."""
 
 
-async def _call(session: aiohttp.ClientSession, method: str, url: str, expected: int,
-                body: object = None) -> dict[str, object]:
-    async with session.request(method, url, json=body) as response:
-        data = await response.json(content_type=None) if response.status != 204 else {}
-        if response.status != expected:
-            raise RuntimeError(f"{method} {url} answered {response.status}: {data}")
-        return data  # type: ignore[no-any-return]
-
-
 async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Namespace
                      ) -> list[Result]:
-    profile = await _call(session, "POST", f"{url}/v1/profiles", 201, {
+    profile = await harness.call(session, "POST", f"{url}/v1/profiles", 201, {
         "platform_id": f"fanout-{secrets.token_hex(4)}", "display_name": "Fan-out profile"})
     profile_id = str(profile["id"])
     async with harness.database_url() as dsn:
@@ -101,18 +92,18 @@ async def _rounds(session: aiohttp.ClientSession, url: str, conn: asyncpg.Connec
     # The subscriptions' own first syncs have nothing to copy; let them drain.
     await _until(conn, "SELECT count(*) = 0 FROM pgqueuer")
     for r in range(args.rounds):
-        event = await _call(session, "POST", f"{url}/v1/profiles/{profile_id}/events", 201, {
+        event = await harness.call(session, "POST", f"{url}/v1/profiles/{profile_id}/events", 201, {
             "title": f"Fan-out {r}", "start_time": "2031-06-01T19:00",
             "start_timezone": "Europe/Paris"})
         path = f"{url}/v1/events/{event['id']}"
         steps["new event"].append(await _until(conn, _ALL, event["id"], n))
-        await _call(session, "PATCH", path, 200, {"title": f"Fan-out {r} renamed"})
+        await harness.call(session, "PATCH", path, 200, {"title": f"Fan-out {r} renamed"})
         steps["event renamed"].append(
             await _until(conn, f"{_ALL} AND title LIKE '%renamed'", event["id"], n))
-        await _call(session, "POST", f"{path}/cancel", 200, {})
+        await harness.call(session, "POST", f"{path}/cancel", 200, {})
         steps["event cancelled"].append(
             await _until(conn, f"{_ALL} AND status = 'cancelled'", event["id"], n))
-        await _call(session, "DELETE", path, 204)
+        await harness.call(session, "DELETE", path, 204)
         steps["event deleted"].append(
             await _until(conn, _COPIES.format(condition="= 0"), event["id"]))
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in steps.items()),

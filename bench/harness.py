@@ -409,6 +409,18 @@ async def database_url() -> AsyncIterator[str]:
         embedded.stop(server)
 
 
+async def call(session: aiohttp.ClientSession, method: str, url: str, expected: int,
+               body: object = None, *, key: str | None = None) -> Any:
+    """One API request that must answer `expected`: its JSON body ({} for 204). `key`:
+    sent as the bearer, instead of the session's own."""
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else None
+    async with session.request(method, url, json=body, headers=headers) as response:
+        data = await response.json(content_type=None) if response.status != 204 else {}
+        if response.status != expected:
+            raise RuntimeError(f"{method} {url} answered {response.status}: {data}")
+        return data
+
+
 async def user_keys(dsn: str, count: int, label: str, name: str) -> list[str]:
     """The API keys of `count` new users, made in the database at once (the API would
     take minutes for hundreds): `{label}-{tag}-{i}@example.com`, named `{name} {i}`."""

@@ -195,15 +195,6 @@ async def subscribed(main: SubscribersMain, url: str, api_key: str, profile_id: 
             process.kill()
 
 
-async def _call(session: aiohttp.ClientSession, method: str, url: str, expected: int,
-                body: Any = None) -> dict[str, Any]:
-    async with session.request(method, url, json=body) as response:
-        data = await response.json(content_type=None)
-        if response.status != expected:
-            raise RuntimeError(f"{method} {url} answered {response.status}: {data}")
-        return data  # type: ignore[no-any-return]
-
-
 async def _changes(session: aiohttp.ClientSession, url: str, event_ids: list[str],
                    titles: list[str], rate: int
                    ) -> tuple[dict[str, tuple[float, float]], dict[int, int]]:
@@ -259,12 +250,12 @@ async def _run(writer: str, reader: str, dsn: str, api_key: str, args: argparse.
     headers = {"Authorization": f"Bearer {api_key}"}
     connector = aiohttp.TCPConnector(limit=64)
     async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
-        profile = await _call(session, "POST", f"{writer}/v1/profiles", 201, {
+        profile = await harness.call(session, "POST", f"{writer}/v1/profiles", 201, {
             "platform_id": f"live-{secrets.token_hex(4)}", "display_name": "Live bench"})
-        event_ids = [(await _call(session, "POST", f"{writer}/v1/profiles/{profile['id']}/events",
-                                  201, {"title": f"Event {i}",
-                                        "start_time": "2031-01-01T10:00:00Z",
-                                        "start_timezone": "UTC"}))["id"]
+        events_url = f"{writer}/v1/profiles/{profile['id']}/events"
+        event_ids = [(await harness.call(session, "POST", events_url, 201, {
+                          "title": f"Event {i}", "start_time": "2031-01-01T10:00:00Z",
+                          "start_timezone": "UTC"}))["id"]
                      for i in range(args.events)]
         announced: list[tuple[str, float]] = []
         listening = await _announced(dsn, profile["id"], announced)

@@ -63,16 +63,6 @@ sys.path.insert(0, str(harness.REPO / "tests"))
 from replica import replica_of
 
 
-async def _json(session: aiohttp.ClientSession, method: str, url: str, key: str,
-                expected: int, body: Any = None) -> Any:
-    async with session.request(method, url, json=body,
-                               headers={"Authorization": f"Bearer {key}"}) as response:
-        data = await response.json(content_type=None)
-        if response.status != expected:
-            raise RuntimeError(f"{method} {url} answered {response.status}: {data}")
-        return data
-
-
 async def _people(dsn: str, count: int) -> list[dict[str, str]]:
     """`count` users in one organization, each with two keys."""
     from db.database import Database
@@ -101,16 +91,17 @@ async def _seed(session: aiohttp.ClientSession, url: str, people: list[dict[str,
                 events: int) -> None:
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
     for n, person in enumerate(people):
-        profile = await _json(session, "POST", f"{url}/v1/profiles", person["key"], 201, {
-            "platform_id": f"replica-{secrets.token_hex(4)}", "display_name": f"P{n}"})
+        profile = await harness.call(session, "POST", f"{url}/v1/profiles", 201, {
+            "platform_id": f"replica-{secrets.token_hex(4)}", "display_name": f"P{n}"},
+            key=person["key"])
         person["profile"] = profile["id"]
         ids = []
         for i in range(events):
             at = start + timedelta(hours=5 * i)
-            made = await _json(session, "POST", f"{url}/v1/profiles/{profile['id']}/events",
-                               person["key"], 201, {
-                                   "title": f"Event {i}", "start_timezone": "UTC",
-                                   "start_time": at.strftime("%Y-%m-%dT%H:%M:%SZ")})
+            made = await harness.call(
+                session, "POST", f"{url}/v1/profiles/{profile['id']}/events", 201,
+                {"title": f"Event {i}", "start_timezone": "UTC",
+                 "start_time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}, key=person["key"])
             ids.append(made["id"])
         person["events"] = ",".join(ids)
 
@@ -183,13 +174,14 @@ async def _pairs(session: aiohttp.ClientSession, url: str, people: list[dict[str
         while done < total:
             done += 1
             title = f"pair-{secrets.token_hex(4)}"
-            await _json(session, "PATCH", f"{url}/v1/events/{event}", person["key"], 200,
-                        {"title": title})
-            seen = await _json(session, "GET", f"{url}/v1/events/{event}", person["key2"], 200)
+            await harness.call(session, "PATCH", f"{url}/v1/events/{event}", 200,
+                               {"title": title}, key=person["key"])
+            seen = await harness.call(session, "GET", f"{url}/v1/events/{event}", 200,
+                                      key=person["key2"])
             stale += seen["title"] != title
             if done % 10 == 0:
-                shown = await _json(session, "GET", f"{url}/v1/events/{event}",
-                                    reader["key"], 200)
+                shown = await harness.call(session, "GET", f"{url}/v1/events/{event}", 200,
+                                           key=reader["key"])
                 others += 1
                 others_stale += shown["title"] != title
 

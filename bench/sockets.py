@@ -113,11 +113,11 @@ async def _patches(session: aiohttp.ClientSession, url: str, event_id: str, pref
 async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Namespace
                      ) -> list[Result]:
     api_key = session.headers["Authorization"].removeprefix("Bearer ")
-    profile = await live._call(session, "POST", f"{url}/v1/profiles", 201, {
+    profile = await harness.call(session, "POST", f"{url}/v1/profiles", 201, {
         "platform_id": f"sockets-{secrets.token_hex(4)}", "display_name": "Sockets bench"})
-    event = await live._call(session, "POST", f"{url}/v1/profiles/{profile['id']}/events",
-                             201, {"title": "Watched", "start_time": "2031-01-01T10:00:00Z",
-                                   "start_timezone": "UTC"})
+    event = await harness.call(session, "POST", f"{url}/v1/profiles/{profile['id']}/events",
+                               201, {"title": "Watched", "start_time": "2031-01-01T10:00:00Z",
+                                     "start_timezone": "UTC"})
     await _patches(session, url, event["id"], "w", 20, None, 0)  # warm-up
     results: list[Result] = []
     reach: list[float] = []

@@ -155,18 +155,8 @@ class _Group:
         return f"{self.name}: {n} endpoint{'' if n == 1 else 's'}"
 
 
-async def _call(session: aiohttp.ClientSession, method: str, url: str, expected: int,
-                body: object = None) -> dict[str, object]:
-    async with session.request(method, url, json=body) as response:
-        data: dict[str, object] = (
-            await response.json(content_type=None) if response.status != 204 else {})
-        if response.status != expected:
-            raise RuntimeError(f"{method} {url} answered {response.status}: {data}")
-        return data
-
-
 async def _profile(session: aiohttp.ClientSession, url: str, name: str) -> str:
-    made = await _call(session, "POST", f"{url}/v1/profiles", 201, {
+    made = await harness.call(session, "POST", f"{url}/v1/profiles", 201, {
         "platform_id": f"webhooks-{secrets.token_hex(4)}", "display_name": name})
     return str(made["id"])
 
@@ -215,9 +205,10 @@ async def _round(session: aiohttp.ClientSession, url: str, conn: asyncpg.Connect
                  receiver: _Receiver, group: _Group, r: int, *, measured: bool) -> None:
     n = len(group.secrets)
     started = time.perf_counter()
-    event = await _call(session, "POST", f"{url}/v1/profiles/{group.profile_id}/events", 201, {
-        "title": f"Webhook fan-out {r}", "start_time": "2031-05-06T10:00",
-        "start_timezone": "Europe/Paris"})
+    event = await harness.call(
+        session, "POST", f"{url}/v1/profiles/{group.profile_id}/events", 201, {
+            "title": f"Webhook fan-out {r}", "start_time": "2031-05-06T10:00",
+            "start_timezone": "Europe/Paris"})
     created = time.perf_counter() - started
     event_id = str(event["id"])
     try:
@@ -377,11 +368,11 @@ async def _load_setup(session: aiohttp.ClientSession, url: str, hook: str, event
                       ) -> list[str]:
     """A profile with an endpoint on `hook` (event.updated only) and `events` events."""
     profile_id = await _profile(session, url, "Webhooks under load")
-    await _call(session, "POST", f"{url}/v1/profiles/{profile_id}/webhook-endpoints", 201,
-                {"url": hook, "event_types": ["event.updated"]})
+    await harness.call(session, "POST", f"{url}/v1/profiles/{profile_id}/webhook-endpoints",
+                       201, {"url": hook, "event_types": ["event.updated"]})
     ids: list[str] = []
     for i in range(events):
-        made = await _call(session, "POST", f"{url}/v1/profiles/{profile_id}/events", 201, {
+        made = await harness.call(session, "POST", f"{url}/v1/profiles/{profile_id}/events", 201, {
             "title": f"load {i} 0", "start_time": "2031-05-06T10:00",
             "start_timezone": "Europe/Paris"})
         ids.append(str(made["id"]))

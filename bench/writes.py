@@ -383,15 +383,6 @@ async def _spy(url: str, session: aiohttp.ClientSession, kind: Kind, first: int,
 # The benchmark
 
 
-async def _call(session: aiohttp.ClientSession, method: str, url: str, expected: int,
-                body: object = None) -> dict[str, Any]:
-    async with session.request(method, url, json=body) as response:
-        data = await response.json(content_type=None) if response.status != 204 else {}
-        if response.status != expected:
-            raise RuntimeError(f"{method} {url} answered {response.status}: {data}")
-        return data
-
-
 def _event_body(i: int, title: str) -> dict[str, object]:
     day, hour = divmod(i, 12)
     return {"title": f"{title} {i}",
@@ -424,7 +415,7 @@ _until = functools.partial(harness.until, timeout=SYNC_TIMEOUT, every=0.05)
 
 async def _sync(session: aiohttp.ClientSession, url: str, conn: asyncpg.Connection,
                 meter: Meter, dsn: str, args: argparse.Namespace, level: int) -> list[Result]:
-    profile = await _call(session, "POST", f"{url}/v1/profiles", 201, {
+    profile = await harness.call(session, "POST", f"{url}/v1/profiles", 201, {
         "platform_id": f"sync-{secrets.token_hex(4)}", "display_name": "Synced profile"})
     profile_id = str(profile["id"])
     users = await harness.user_keys(dsn, args.subscribers, "w-s", "Writer")
@@ -447,8 +438,8 @@ async def _sync(session: aiohttp.ClientSession, url: str, conn: asyncpg.Connecti
     made: list[str] = []
 
     async def one(i: int) -> None:
-        made.append(str((await _call(session, "POST", f"{url}{create.path_for(i)}", 201,
-                                     create.body_for(i)))["id"]))
+        made.append(str((await harness.call(session, "POST", f"{url}{create.path_for(i)}", 201,
+                                            create.body_for(i)))["id"]))
 
     started = time.perf_counter()
     sem = asyncio.Semaphore(8)
@@ -469,8 +460,8 @@ async def _sync(session: aiohttp.ClientSession, url: str, conn: asyncpg.Connecti
 
     async def rename(event_id: str) -> None:
         async with sem:
-            await _call(session, "PATCH", f"{url}/v1/events/{event_id}", 200,
-                        {"title": f"Renamed {event_id}"})
+            await harness.call(session, "PATCH", f"{url}/v1/events/{event_id}", 200,
+                               {"title": f"Renamed {event_id}"})
 
     await asyncio.gather(*(rename(e) for e in made))
     renamed_answered = time.perf_counter() - started
@@ -547,7 +538,7 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
             results: list[Result] = []
 
             # (a) events
-            own = await _call(session, "POST", f"{url}/v1/profiles", 201, {
+            own = await harness.call(session, "POST", f"{url}/v1/profiles", 201, {
                 "platform_id": f"writes-{secrets.token_hex(4)}", "display_name": "Writes"})
             create = Kind("POST /v1/profiles/{id}/events",
                           lambda i: f"/v1/profiles/{own['id']}/events",
@@ -555,10 +546,11 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
             results += await _measure_kind(session, url, meter, create, args, levels)
 
             # (b) RSVPs
-            host = await _call(session, "POST", f"{url}/v1/profiles", 201, {
+            host = await harness.call(session, "POST", f"{url}/v1/profiles", 201, {
                 "platform_id": f"rsvps-{secrets.token_hex(4)}", "display_name": "RSVPs"})
-            events = [str((await _call(session, "POST", f"{url}/v1/profiles/{host['id']}/events",
-                                       201, _event_body(i, "Party")))["id"])
+            events_url = f"{url}/v1/profiles/{host['id']}/events"
+            events = [str((await harness.call(session, "POST", events_url, 201,
+                                              _event_body(i, "Party")))["id"])
                       for i in range(RSVP_EVENTS)]
             users = await harness.user_keys(dsn, args.users, "w-r", "Writer")
             needed = len(levels) * (args.warmup + args.requests) * (2 if args.profile else 1)
@@ -574,7 +566,7 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
             results += await _measure_kind(session, url, meter, rsvp, args, levels)
             # The same at the highest level, all to one event (a popular one): each answer
             # locks the event's row until its transaction commits.
-            hot = await _call(session, "POST", f"{url}/v1/profiles/{host['id']}/events", 201,
+            hot = await harness.call(session, "POST", f"{url}/v1/profiles/{host['id']}/events", 201,
                               _event_body(RSVP_EVENTS, "Popular party"))
             one = Kind("POST /v1/events/{id}/rsvps (one event)",
                        lambda i: f"/v1/events/{hot['id']}/rsvps", lambda i: {"status": "going"},
