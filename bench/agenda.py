@@ -173,7 +173,7 @@ async def _floor(calendar_id: str, rounds: int = 50) -> list[str]:
     """The 31-day agenda's parts, measured here one call at a time."""
     from db import agenda as store
     from db.database import Database
-    from kalends import agenda
+    from kalends import agenda, expansion
 
     async with harness.database_url() as dsn:
         db = await Database.connect(dsn, min_size=1, max_size=2)
@@ -193,7 +193,8 @@ async def _floor(calendar_id: str, rounds: int = 50) -> list[str]:
                 rows = await store.events(*query, **read)
                 fetches.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                items, _, _ = agenda.merge(rows, w)
+                items, _, _ = await expansion.run(agenda.merge, rows, w,
+                                                  expansion.request_budget())
                 merges.append(time.perf_counter() - started)
             recurring = sum(r["recurrence_rule"] is not None for r in rows)
             return [

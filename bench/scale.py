@@ -337,8 +337,7 @@ async def trim_to_window(dsn: str) -> str:
     from db import agenda as store
     from db import connected as connected_store
     from db.database import Database
-    from kalends import agenda
-    from kalends.connected import occurrences
+    from kalends import agenda, expansion
 
     db = await Database.connect(dsn, min_size=1, max_size=2)
     try:
@@ -350,7 +349,11 @@ async def trim_to_window(dsn: str) -> str:
                      if r["provider"] == agenda.PROVIDER]
         read = await store.events(db, user["id"], calendars, w.start, w.end, w.first_day,
                                   w.end_date, limit=agenda.READ_ROWS)
-        needed = [r["id"] for r in read if agenda.spans(r, w) != ([], None)]
+        def _shown(rows: list[asyncpg.Record]) -> list[str]:
+            return [r["id"] for r in rows
+                    if expansion.spans(r, w, expansion.request_budget()) != ([], None)]
+
+        needed = await expansion.run(_shown, read)
         held = await db.fetchval(
             "SELECT count(*) FROM calendar_events WHERE calendar_id = ANY($1::text[])",
             calendars)
@@ -360,13 +363,18 @@ async def trim_to_window(dsn: str) -> str:
         connected = [r["id"] for r in await db.fetch(
             "SELECT id FROM external_calendars WHERE user_id = $1", user["id"])]
         components = await connected_store.agenda_events(db, connected, w.start, w.end)
-        bounds = occurrences.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
+        bounds = expansion.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
         groups: dict[tuple[str, str], list[asyncpg.Record]] = {}
         for row in components:
             groups.setdefault((row["calendar_id"], row["uid"]), []).append(row)
-        kept = [r["id"] for group in groups.values()
-                if occurrences.expand(group, bounds, agenda.MAX_ITEMS, set()) != ([], None)
-                for r in group]
+
+        def _kept() -> list[str]:
+            return [r["id"] for group in groups.values()
+                    if expansion.connected(group, bounds, agenda.MAX_ITEMS, set(),
+                                           expansion.request_budget()) != ([], None)
+                    for r in group]
+
+        kept = await expansion.run(_kept)
         connected_held = await db.fetchval(
             "SELECT count(*) FROM external_events WHERE calendar_id = ANY($1::text[])",
             connected)
@@ -818,7 +826,7 @@ async def explain(target: Target, search_too: bool = True) -> list[str]:
     BUFFERS), on the second call (the first warms the cache)."""
     from db import search as search_store
     from db.database import Database
-    from kalends import agenda, search
+    from kalends import agenda, expansion, search
     from kalends.auth import Viewer
 
     db = await Database.connect(target.dsn, min_size=1, max_size=2)
@@ -847,7 +855,8 @@ async def explain(target: Target, search_too: bool = True) -> list[str]:
                 notes = []
                 explaining = _Explaining(db, notes)
                 await agenda.build(explaining, viewer, date_text=None, days=31, timezone=None,
-                                   calendar_ids=calendars.split(",") if calendars else None)
+                                   calendar_ids=calendars.split(",") if calendars else None,
+                                   budget=expansion.request_budget())
             lines += [f"  {name}", *notes]
     except Exception as exc:  # likewise
         lines.append(f"  unavailable: {exc!r}")

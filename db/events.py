@@ -130,11 +130,11 @@ OF_SERIES = _listing("series", False, False, False, None)
 
 
 async def summary_one_off(db: Database, profile_id: str, start: datetime, end: datetime,
-                          tz: str, bucket: str) -> list[asyncpg.Record]:
-    """The profile's one-off events that start in [start, end), with their RSVP
-    counts, grouped by the `bucket` (day, week or month) of their start on `tz`'s
-    calendar; an all-day event starts at its date's midnight there (as the agenda
-    floats it). One row per bucket that has an event."""
+                          tz: str, bucket: str, status: str | None) -> list[asyncpg.Record]:
+    """The profile's one-off events that start in [start, end) (of `status`, None:
+    any), with their RSVP counts, grouped by the `bucket` (day, week or month) of
+    their start on `tz`'s calendar; an all-day event starts at its date's midnight
+    there (as the agenda floats it). One row per bucket that has an event."""
     # A custom plan each time: the rows a window holds vary by orders of magnitude,
     # and a generic plan chosen for a small one (a row-by-row join) took seconds
     # for a year of a busy profile.
@@ -147,6 +147,7 @@ async def summary_one_off(db: Database, profile_id: str, start: datetime, end: d
                                   ELSE e.start_time END AS starts
                 FROM events e
                 WHERE e.profile_id = $1 AND e.recurrence_rule IS NULL
+                  AND ($6::text IS NULL OR e.status = $6)
                   -- all-day midnights float with the zone: at most a day either way
                   AND e.start_time >= $2::timestamptz - interval '1 day'
                   AND e.start_time < $3::timestamptz + interval '1 day'
@@ -158,32 +159,36 @@ async def summary_one_off(db: Database, profile_id: str, start: datetime, end: d
             SELECT kept.bucket, count(*) AS events,
                    coalesce(sum(c.going), 0) AS going, coalesce(sum(c.maybe), 0) AS maybe,
                    coalesce(sum(c.not_going), 0) AS not_going,
-                   coalesce(sum(c.waitlist), 0) AS waitlist
+                   coalesce(sum(c.waitlist), 0) AS waitlist,
+                   coalesce(sum(c.total_attendees), 0) AS total_attendees
             FROM kept LEFT JOIN rsvp_counts c ON c.event_id = kept.id
             GROUP BY kept.bucket
             """,
-            profile_id, start, end, tz, bucket,
+            profile_id, start, end, tz, bucket, status,
         )
 
 
-async def summary_recurring(db: Database, profile_id: str, end: datetime, limit: int
-                            ) -> list[asyncpg.Record]:
-    """The profile's recurring events that start before `end` (the first `limit` by
-    start), with what their expansion needs and their RSVP counts."""
+async def summary_recurring(db: Database, profile_id: str, end: datetime, status: str | None,
+                            limit: int) -> list[asyncpg.Record]:
+    """The profile's recurring events (of `status`, None: any) that start before `end`
+    (the first `limit` by start), with what their expansion needs and their RSVP
+    counts."""
     return await db.fetch(
         """
         SELECT e.id, e.start_time, e.end_time, e.start_timezone, e.end_timezone, e.is_all_day,
                e.start_date, e.end_date, e.recurrence_rule,
                coalesce(c.going, 0) AS going, coalesce(c.maybe, 0) AS maybe,
-               coalesce(c.not_going, 0) AS not_going, coalesce(c.waitlist, 0) AS waitlist
+               coalesce(c.not_going, 0) AS not_going, coalesce(c.waitlist, 0) AS waitlist,
+               coalesce(c.total_attendees, 0) AS total_attendees
         FROM (
             SELECT * FROM events
             WHERE profile_id = $1 AND recurrence_rule IS NOT NULL AND start_time < $2
+              AND ($4::text IS NULL OR status = $4)
             ORDER BY start_time, id LIMIT $3
         ) e LEFT JOIN rsvp_counts c ON c.event_id = e.id
         ORDER BY e.start_time, e.id
         """,
-        profile_id, end, limit,
+        profile_id, end, limit, status,
     )
 
 

@@ -172,6 +172,6 @@ class AgendaQueries:
         result = await domain.build(
             ctx.db, ctx.viewer, date_text=date, days=days, timezone=timezone,
             calendar_ids=[str(c) for c in calendar_ids] if calendar_ids is not None else None,
-            sync_interval=ctx.services.sync_interval,
+            budget=ctx.budget, sync_interval=ctx.services.sync_interval,
         )
         return Agenda.from_domain(result)

@@ -9,7 +9,8 @@ same filters and size share a statement; a parent asked twice (two aliases, two
 cursors) is simply two of its parents.
 
 A list may keep only some of the rows its statement reads (`keep`: an event list's
-window, which only recurrence expansion can decide); its page then reads on past
+window, which only recurrence expansion can decide, for a whole batch of rows at once,
+beside the event loop); its page then reads on past
 the rows it drops, at most MAX_SCAN rows, and a page cut short by that bound says
 `has_more` with a cursor after the last row read, so the next page goes on from
 there and nothing is skipped.
@@ -37,7 +38,7 @@ MAX_SCAN = 1000
 
 Select = Callable[[Context, S], tuple[Listing, tuple[Any, ...]]]
 Counts = Callable[[Context, Sequence[str], S], Awaitable[list[int]]]
-Keep = Callable[[asyncpg.Record, S], bool]
+Keep = Callable[[Context, Sequence[asyncpg.Record], S], Awaitable[list[bool]]]
 
 
 class _Want(NamedTuple):
@@ -100,10 +101,11 @@ class Connection(Generic[S]):
         while active:
             parents = [(wants[i].parent, *(after[i] or (None, None))) for i in active]
             lists = await listing.pages(ctx.db, parents, size, *args)
+            flags = await self._keep(ctx, lists, spec)
             again = []
-            for i, read in zip(active, lists, strict=True):
+            for i, read, keep in zip(active, lists, flags, strict=True):
                 scanned[i] += len(read)
-                kept[i] += read if self.keep is None else [r for r in read if self.keep(r, spec)]
+                kept[i] += [r for r, k in zip(read, keep, strict=True) if k]
                 if len(kept[i]) >= rows or len(read) < size:
                     continue  # the page is full, or the list has ended
                 after[i] = (read[-1][listing.column], read[-1]["id"])
@@ -113,6 +115,15 @@ class Connection(Generic[S]):
                 again.append(i)
             active, size = again, min(MAX_SCAN, size * 4)
         return [_Found(k[:rows], r) for k, r in zip(kept, resume, strict=True)]
+
+    async def _keep(self, ctx: Context, lists: Sequence[list[asyncpg.Record]], spec: S
+                    ) -> list[list[bool]]:
+        """Which rows of each list the page keeps: all, or as `keep` decides for the
+        whole batch in one call."""
+        if self.keep is None:
+            return [[True] * len(read) for read in lists]
+        flags = iter(await self.keep(ctx, [r for read in lists for r in read], spec))
+        return [[next(flags) for _ in read] for read in lists]
 
     async def _counts(self, ctx: Context, keys: Sequence[tuple[str, Any]]) -> list[int]:
         async def count(group: Sequence[tuple[str, Any]]) -> list[int]:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from db.database import Database
 from db.replicas import Reads
 from graph.dataloaders import Loaders
+from kalends import expansion
 from kalends.auth import Viewer
 from kalends.connected.vault import Vault
 from kalends.notify.webhooks import Render
@@ -39,6 +40,9 @@ class Context:
     request_id: str
     read_only: bool = False
     """The request only reads: it may be served by a read replica."""
+    budget: expansion.Budget = field(default_factory=expansion.request_budget)
+    """What the request's expansions may still spend, every field's together
+    (docs/api-choices.md, "Bounded work")."""
     loaders: Loaders = field(init=False)
     db: Database = field(init=False)
 

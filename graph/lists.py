@@ -19,7 +19,7 @@ from graph.connections import Connection
 from graph.context import Context
 from graph.scalars import Timestamp
 from graph.types import Event, EventOccurrence, Page, Profile, Rsvp, RsvpBucket, Series
-from kalends import agenda, cpu, dashboard, ids
+from kalends import agenda, dashboard, expansion, ids
 from kalends import follows as follow_rules
 from kalends import profiles as profile_rules
 from kalends import rsvps as rsvp_rules
@@ -29,18 +29,24 @@ from kalends.pagination import COUNT_CAP
 _ALL = "*"
 """The parent of the one list that has none (`Query.events` with filters)."""
 MAX_PROFILE_IDS = 100
-MAX_SUMMARY_RECURRING = 5000
-"""Recurring events one RSVP summary expands, the first by start."""
 
 
 # ---------------------------------------------------------------------------
 # Events: a profile's, a series', or all visible ones, kept by a Filter
 
 
-def _meets(row: asyncpg.Record, f: event_store.Filter) -> bool:
-    if f.start is None or f.end is None or row["recurrence_rule"] is None:
-        return True  # the statement decided it
-    return dashboard.event_meets(row, dashboard.Range(f.start, f.end))
+async def _meet(ctx: Context, rows: Sequence[asyncpg.Record], f: event_store.Filter
+                ) -> list[bool]:
+    """Which of `rows` meet the filter's window: the statement decided one-off events;
+    recurring ones are expanded, together, on the request's budget."""
+    if f.start is None or f.end is None:
+        return [True] * len(rows)
+    recurring = [r for r in rows if r["recurrence_rule"] is not None]
+    if not recurring:
+        return [True] * len(rows)
+    found = iter(await expansion.run(dashboard.events_meet, recurring,
+                                     dashboard.Range(f.start, f.end), ctx.budget))
+    return [next(found) if r["recurrence_rule"] is not None else True for r in rows]
 
 
 def _events(scope: event_store.Scope) -> Connection[event_store.Filter]:
@@ -58,10 +64,12 @@ def _events(scope: event_store.Scope) -> Connection[event_store.Filter]:
         totals, candidates = await asyncio.gather(
             one_off.counts(ctx.db, parents, cap, *one_off_args),
             recurring.pages(ctx.db, [(p, None, None) for p in parents], cap, *recurring_args))
-        return [n + sum(1 for r in rows if _meets(r, f))
+        # Every candidate is expanded (exact), or the count is `expansion_limit`.
+        met = iter(await _meet(ctx, [r for rows in candidates for r in rows], f))
+        return [n + sum(next(met) for _ in rows)
                 for n, rows in zip(totals, candidates, strict=True)]
 
-    return Connection(f"events:{scope}", select, keep=_meets, counts=counts)
+    return Connection(f"events:{scope}", select, keep=_meet, counts=counts)
 
 
 _PROFILE_EVENTS = _events("profile")
@@ -182,8 +190,8 @@ async def event_rsvps(ctx: Context, event: asyncpg.Record, limit: int, cursor: s
 # Occurrences and the RSVP summary
 
 
-def event_occurrences(ctx: Context, event: asyncpg.Record, start: str, end: str,
-                      timezone: str | None) -> list[EventOccurrence]:
+async def event_occurrences(ctx: Context, event: asyncpg.Record, start: str, end: str,
+                            timezone: str | None) -> list[EventOccurrence]:
     r = dashboard.parse_range(start, end, max_days=dashboard.MAX_OCCURRENCE_DAYS,
                               required=True)
     assert r is not None
@@ -193,31 +201,36 @@ def event_occurrences(ctx: Context, event: asyncpg.Record, start: str, end: str,
                         end=Timestamp(o.end) if o.end is not None else None,
                         local_start=o.local_start, local_end=o.local_end,
                         start_date=o.start_date, end_date=o.end_date, is_all_day=o.is_all_day)
-        for o in dashboard.occurrences(event, r, tz)
+        for o in await expansion.run(dashboard.occurrences, event, r, tz, ctx.budget)
     ]
 
 
 async def rsvp_summary(ctx: Context, profile: asyncpg.Record, start: str, end: str,
-                       bucket: str, timezone: str | None) -> list[RsvpBucket]:
+                       bucket: str, timezone: str | None, status: str | None
+                       ) -> list[RsvpBucket]:
     if not profile_rules.administers(profile, ctx.viewer):
         raise forbidden("Only the profile's administrators may read its RSVP summary.")
     r = dashboard.parse_range(start, end, required=True)
     assert r is not None
     kind = dashboard.check_bucket(bucket)
+    status = dashboard.check_status(status)
     tz = agenda.resolve_zone(timezone, ctx.viewer.timezone)
     starts = dashboard.bucket_starts(r, tz, kind)
     grouped = await event_store.summary_one_off(ctx.db, profile["id"], r.start, r.end, tz.key,
-                                                kind)
-    recurring = await event_store.summary_recurring(ctx.db, profile["id"], r.end,
-                                                    MAX_SUMMARY_RECURRING)
-    # Up to MAX_SUMMARY_RECURRING series over a year: beside the event loop.
-    buckets = await cpu.run(
+                                                kind, status)
+    recurring = await event_store.summary_recurring(ctx.db, profile["id"], r.end, status,
+                                                    dashboard.MAX_SUMMARY_RECURRING + 1)
+    if len(recurring) > dashboard.MAX_SUMMARY_RECURRING:
+        raise expansion.exhausted()  # exact or an error: never the first few
+    buckets = await expansion.run(
         dashboard.summarize, starts, [(g["bucket"], g["events"], _counts(g)) for g in grouped],
-        [(row, _counts(row)) for row in recurring], r, tz, kind)
+        [(row, _counts(row)) for row in recurring], r, tz, kind, ctx.budget)
     return [RsvpBucket(start=b.start, events=b.events, going=b.going, maybe=b.maybe,
-                       not_going=b.not_going, waitlist=b.waitlist) for b in buckets]
+                       not_going=b.not_going, waitlist=b.waitlist,
+                       total_attendees=b.total_attendees) for b in buckets]
 
 
 def _counts(row: asyncpg.Record) -> dashboard.Counts:
-    return dashboard.Counts(row["going"], row["maybe"], row["not_going"], row["waitlist"])
+    return dashboard.Counts(row["going"], row["maybe"], row["not_going"], row["waitlist"],
+                            row["total_attendees"])
 

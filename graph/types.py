@@ -134,14 +134,19 @@ class Profile:
         "on `timezone`'s calendar (default the caller's, else UTC), every bucket listed: "
         "the profile's events that start in it (each occurrence of a recurring event "
         "one event; its RSVPs counted once, in the bucket of its first occurrence in the "
-        "window) and their RSVPs. For the profile's administrators (forbidden otherwise)."
+        "window) and their RSVPs; `status` (default scheduled, null for all) keeps "
+        "scheduled or cancelled events. Every occurrence is counted: past the request's "
+        "expansion budget (or more than 500 recurring events) the field is the error "
+        "`expansion_limit`, never a smaller count. For the profile's administrators "
+        "(forbidden otherwise)."
     ))
     async def rsvp_summary(
         self, info: Info, from_: Annotated[str, strawberry.argument(name="from")], to: str,
-        bucket: str = "week", timezone: str | None = None,
+        bucket: str = "week", timezone: str | None = None, status: str | None = "scheduled",
     ) -> list[RsvpBucket]:
         from graph import lists
-        return await lists.rsvp_summary(info.context, self.row, from_, to, bucket, timezone)
+        return await lists.rsvp_summary(info.context, self.row, from_, to, bucket, timezone,
+                                        status)
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Profile:
@@ -312,15 +317,16 @@ class Event:
 
     @strawberry.field(description=(
         "The event's occurrences that meet [from, to) (RFC 3339 with an offset, at most "
-        "62 days apart), as the agenda expands it: sorted, at most 500; `timezone` "
-        "(default the caller's, else UTC) sets `local_*`."
+        "62 days apart), as the agenda expands it: sorted, the first 500; `timezone` "
+        "(default the caller's, else UTC) sets `local_*`. Drawn from the request's "
+        "expansion budget: past it, the error `expansion_limit`."
     ))
-    def occurrences(
+    async def occurrences(
         self, info: Info, from_: Annotated[str, strawberry.argument(name="from")], to: str,
         timezone: str | None = None,
     ) -> list[EventOccurrence]:
         from graph import lists
-        return lists.event_occurrences(info.context, self.row, from_, to, timezone)
+        return await lists.event_occurrences(info.context, self.row, from_, to, timezone)
 
     @strawberry.field(description="The owning profile, when visible (expand=profile).")
     async def profile(self, info: strawberry.Info) -> Profile | None:
@@ -381,7 +387,10 @@ class EventOccurrence:
 class RsvpBucket:
     start: dt.date = strawberry.field(description="The bucket's first day.")
     events: int
-    going: int
+    going: int = strawberry.field(description="Going RSVPs (records, as RsvpStats counts).")
     maybe: int
     not_going: int
     waitlist: int
+    total_attendees: int = strawberry.field(
+        description="People going, each RSVP with its guests (num_guests), as capacity "
+        "counts them.")

@@ -25,15 +25,15 @@ from db import agenda as store
 from db import calendar_events as events_store
 from db import connected as connected_store
 from db.database import Database, Tx
-from kalends import cpu, ids, recurrence, times
+from kalends import expansion, ids, recurrence, times
 from kalends.auth import Viewer
-from kalends.connected import occurrences, sync_state
+from kalends.connected import sync_state
 from kalends.errors import ApiError
 
 log = logging.getLogger("kalends.agenda")
 
-MAX_ITEMS = 500
-READ_ROWS = recurrence.MAX_OCCURRENCES + 1
+MAX_ITEMS = expansion.MAX_ITEMS
+READ_ROWS = expansion.MAX_OCCURRENCES + 1
 """Rows an agenda (or one person of free/busy) reads at most: each row costs at least
 one occurrence of the budget, so one more than it has says that more were there."""
 DEFAULT_DAYS = 7
@@ -46,13 +46,7 @@ PROVIDER = "kalends"
 Reason = Literal["max_items", "expansion_limit"]
 
 
-@dataclass(frozen=True)
-class Window:
-    first_day: date
-    end_date: date  # exclusive
-    tz: ZoneInfo
-    start: datetime  # local midnight of `date`, UTC
-    end: datetime  # local midnight of `end_date`, UTC
+Window = expansion.Window
 
 
 class ProfileRef(NamedTuple):
@@ -194,7 +188,8 @@ def parse_calendar_ids(values: Sequence[str] | None) -> list[str] | None:
 
 async def build(
     db: Database, viewer: Viewer, *, date_text: str | None, days: int, timezone: str | None,
-    calendar_ids: Sequence[str] | None, sync_interval: timedelta = timedelta(seconds=300),
+    calendar_ids: Sequence[str] | None, budget: expansion.Budget,
+    sync_interval: timedelta = timedelta(seconds=300),
 ) -> Agenda:
     tz = resolve_zone(timezone, viewer.timezone)
     w = window(tz, date_text, days)
@@ -226,8 +221,8 @@ async def build(
         if external else []
     # Expansion is CPU work (bounded by the budget): beside the event loop, so that
     # no other request waits for it.
-    items, complete, reason = await cpu.run(
-        merge, found[:READ_ROWS - 1], w, connected, more_rows=len(found) >= READ_ROWS)
+    items, complete, reason = await expansion.run(
+        merge, found[:READ_ROWS - 1], w, budget, connected, more_rows=len(found) >= READ_ROWS)
     return Agenda(w, items, complete, reason, sources, warnings)
 
 
@@ -241,29 +236,23 @@ def _in_requested_order(rows: list[asyncpg.Record], wanted: list[str]) -> list[a
     return [by_id[c] for c in wanted]
 
 
-_Slot = tuple[datetime, "datetime | None", "date | None", "date | None",
-              "asyncpg.Record | occurrences.Found"]
-"""An occurrence found in the window: (start, end, start_date, end_date, row), as
-`Span` plus the row or connected occurrence it comes from. A plain tuple: a month
-of a few hundred weekly series makes thousands, most of them not kept. Its ID is
-made, and it is made into an `Item`, only if it may be kept."""
+_Slot = expansion.Slot
 
 
-def merge(rows: Sequence[asyncpg.Record], w: Window,
+def merge(rows: Sequence[asyncpg.Record], w: Window, budget: expansion.Budget,
           connected: Sequence[asyncpg.Record] = (), *, more_rows: bool = False
           ) -> tuple[list[Item], bool, Reason | None]:
     """Every occurrence of `rows` (personal and subscription events) and of
     `connected` (stored provider components) that meets the window, sorted, at
     most MAX_ITEMS. A connected event that is a copy of a Kalends event shown
-    here is left out. The expansion is bounded by one `recurrence.Budget` for
-    the whole request; once it is spent (or when `more_rows` says the read was
+    here is left out. The expansion is bounded by the request's `budget`;
+    once it is spent (or when `more_rows` says the read was
     cut), the answer is `expansion_limit`."""
     slots: list[_Slot] = []
     cut = False
     short = more_rows
-    budget = recurrence.Budget()
     for row in rows:
-        found, reason = _slots(row, w, budget)
+        found, reason = expansion.slots(row, w, budget)
         slots += found
         if reason is not None:
             cut = cut or reason == "max_items"
@@ -272,8 +261,8 @@ def merge(rows: Sequence[asyncpg.Record], w: Window,
             short = True
             break
     shown = {r["source_event_id"] for r in rows if r["source_event_id"] is not None}
-    bounds = occurrences.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
-    external, reason = occurrences.expand(connected, bounds, MAX_ITEMS, shown)
+    bounds = expansion.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
+    external, reason = expansion.connected(connected, bounds, MAX_ITEMS, shown, budget)
     slots.extend((f.start, f.end, f.start_date, f.end_date, f) for f in external)
     cut = cut or reason == "max_items"
     short = short or reason == "expansion_limit"
@@ -305,7 +294,7 @@ def _earliest(slots: list[_Slot]) -> list[_Slot]:
 
 def _occurrence_id(slot: _Slot) -> str:
     row = slot[4]
-    if isinstance(row, occurrences.Found):
+    if isinstance(row, expansion.Found):
         return row.occurrence_id
     return occurrence_id(row["id"], slot[0], slot[2])
 
@@ -316,108 +305,6 @@ def occurrence_id(event_id: str, start: datetime, start_date: date | None) -> st
     if start_date is None:
         return f"{event_id}:{times.compact_utc(start)}"
     return f"{event_id}:{start_date.isoformat().replace('-', '')}"
-
-
-class Span(NamedTuple):
-    """Where one occurrence of a calendar event lies in a window, without its ID:
-    `start` and `end` (None: a point) as instants; an all-day one also has its
-    floating dates, its instants being their midnights in the window's zone."""
-
-    start: datetime
-    end: datetime | None
-    start_date: date | None
-    end_date: date | None
-
-
-def spans(row: asyncpg.Record, w: Window, budget: recurrence.Budget | None = None,
-          limit: int = MAX_ITEMS + 1) -> tuple[list[Span], Reason | None]:
-    """The occurrences of calendar event `row` that meet `w`, as the agenda finds
-    them (the same expansion and bounds), in order, without occurrence IDs; a row
-    that no longer expands is logged and left out ("expansion_limit"). With a
-    `budget`, each occurrence (a one-off row's one) and the walk are charged to it;
-    past it, the row's answer is "expansion_limit". At most `limit` occurrences."""
-    found, reason = _slots(row, w, budget, limit)
-    return [Span(s[0], s[1], s[2], s[3]) for s in found], reason
-
-
-def _slots(row: asyncpg.Record, w: Window, budget: recurrence.Budget | None = None,
-           limit: int = MAX_ITEMS + 1) -> tuple[list[_Slot], Reason | None]:
-    """`spans` of `row`, each as a slot of `row`."""
-    try:
-        if row["recurrence_rule"] is None and budget is not None and not budget.spend(1):
-            return [], "expansion_limit"
-        if row["is_all_day"]:
-            return _all_day(row, times.of_row(row), w, budget, limit)
-        return _timed(row, w, budget, limit)
-    except ApiError as exc:
-        # Rules are checked when written; one that no longer expands must not take
-        # the whole agenda down.
-        # It is left out, so the answer says it is not complete.
-        log.warning("calendar event %s not expanded: %s", row["id"], exc.message)
-        return [], "expansion_limit"
-
-
-def _timed(row: asyncpg.Record, w: Window, budget: recurrence.Budget | None,
-           limit: int) -> tuple[list[_Slot], Reason | None]:
-    start_time, end_time = row["start_time"], row["end_time"]
-    rule = row["recurrence_rule"]
-    window_start, window_end = w.start, w.end
-    if rule is None:  # most rows: no time model needed beyond the stored instants
-        if end_time is None:
-            if window_start <= start_time < window_end:  # a point
-                return [(start_time, None, None, None, row)], None
-        elif start_time < window_end and end_time > window_start:
-            return [(start_time, end_time, None, None, row)], None
-        return [], None
-    length = end_time - start_time if end_time is not None else None
-    t = times.of_row(row)
-    # Started before the window but still running in it: look back one length.
-    expansion = recurrence.occurrences(
-        rule, t.local_start, times.zone(t.start_timezone, param="start_timezone"),
-        window_start - (length or timedelta()), window_end, limit=limit, budget=budget,
-    )
-    found: list[_Slot] = []
-    if length is None:
-        for o in expansion.items:
-            start = o.start
-            if window_start <= start < window_end:  # a point
-                found.append((start, None, None, None, row))
-    else:
-        for o in expansion.items:
-            start = o.start
-            end = start + length
-            if start < window_end and end > window_start:
-                found.append((start, end, None, None, row))
-    return found, expansion.incomplete_reason
-
-
-def _all_day(row: asyncpg.Record, t: times.EventTimes, w: Window,
-             budget: recurrence.Budget | None, limit: int) -> tuple[list[_Slot], Reason | None]:
-    assert t.start_date is not None and t.end_date is not None  # all-day rows have both
-    length = t.end_date - t.start_date
-    rule = row["recurrence_rule"]
-    if rule is None:
-        days, reason = [t.start_date], None
-    else:
-        # Dates are expanded as midnights in the event's zone; the dates whose span
-        # meets the window start in [w.first_day - length + 1 day, w.end_date).
-        tz = times.zone(t.start_timezone, param="start_timezone")
-        expansion = recurrence.occurrences(
-            rule, datetime.combine(t.start_date, time()), tz,
-            times.local_midnight(w.first_day - length + timedelta(days=1), tz),
-            times.local_midnight(w.end_date, tz), limit=limit, budget=budget,
-        )
-        days = list(dict.fromkeys(o.original_local.date() for o in expansion.items))
-        reason = expansion.incomplete_reason
-    found: list[_Slot] = []
-    for day in days:
-        end_day = day + length
-        if not (day < w.end_date and end_day > w.first_day):
-            continue
-        # Floating: the same dates whatever the zone, their midnights in the agenda's.
-        found.append((times.local_midnight(day, w.tz), times.local_midnight(end_day, w.tz),
-                      day, end_day, row))
-    return found, reason
 
 
 # ---------------------------------------------------------------------------
@@ -489,7 +376,7 @@ async def settle_recurrence_ends(db: Database | Tx, *,
 
 def _item(slot: _Slot, occurrence_id: str, tz: ZoneInfo) -> Item:
     start, end, start_date, end_date, row = slot
-    if isinstance(row, occurrences.Found):
+    if isinstance(row, expansion.Found):
         return _external_item(row, occurrence_id, tz)
     copy = row["source_event_id"] is not None
     recurring = row["recurrence_rule"] is not None
@@ -527,7 +414,7 @@ def local(instant: datetime, tz: ZoneInfo) -> datetime:
     return instant.astimezone(tz).replace(microsecond=0)
 
 
-def _external_item(f: occurrences.Found, occurrence_id: str, tz: ZoneInfo) -> Item:
+def _external_item(f: expansion.Found, occurrence_id: str, tz: ZoneInfo) -> Item:
     c = f.component
     return Item(
         occurrence_id=occurrence_id,

@@ -2,8 +2,11 @@
 the time windows its lists take, whether an event meets one, an event's
 occurrences, and RSVP counts by day, week or month.
 
-Occurrences are found by the agenda's own expansion (`kalends.agenda.spans`), so
-a dashboard and an agenda can never disagree about when an event happens.
+Occurrences are found by the agenda's own expansion (`kalends.expansion`), so
+a dashboard and an agenda can never disagree about when an event happens, and on
+the request's budget: each function here that expands runs beside the event loop
+(`expansion.run`), and a count it cannot finish within the budget is the error
+`expansion_limit`, never a smaller number.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo
 
-from kalends import agenda, times
+from kalends import agenda, expansion, times
 from kalends.errors import ApiError
 from kalends.freebusy import span
 
@@ -21,8 +24,13 @@ MAX_RANGE_DAYS = 366
 """`from`/`to` of a list (events of a window, an RSVP summary)."""
 MAX_OCCURRENCE_DAYS = 62
 """`from`/`to` of `Event.occurrences`, as free/busy's window."""
-MAX_OCCURRENCES = agenda.MAX_ITEMS
+MAX_OCCURRENCES = expansion.MAX_ITEMS
 MAX_BUCKETS = 366
+BUCKETS_AT_MOST = {"day": MAX_BUCKETS, "week": 54, "month": 14}
+"""Buckets a window of at most MAX_RANGE_DAYS can meet, by kind."""
+MAX_SUMMARY_RECURRING = 500
+"""Recurring events one RSVP summary may expand: past it, `expansion_limit`
+(graph/limits.py counts a summary as its buckets times these)."""
 STATUSES = ("scheduled", "cancelled")
 Bucket = Literal["day", "week", "month"]
 BUCKETS: tuple[Bucket, ...] = ("day", "week", "month")
@@ -63,16 +71,21 @@ def instant_window(r: Range, tz: ZoneInfo) -> agenda.Window:
     return agenda.Window(r.start.astimezone(tz).date(), end_date, tz, r.start, r.end)
 
 
-def event_meets(row: Mapping[str, Any], r: Range) -> bool:
-    """Whether an occurrence of event `row` meets [start, end): for a one-off event
-    its own span, for a recurring one any occurrence, all-day ones on the event's
-    own clock (where its `start_time` and `end_time` are midnights)."""
+def events_meet(rows: Sequence[Mapping[str, Any]], r: Range, budget: expansion.Budget
+                ) -> list[bool]:
+    """Whether an occurrence of each event of `rows` meets [start, end): for a
+    one-off event its own span, for a recurring one its first occurrences from
+    `start` on, all-day ones on the event's own clock (where its `start_time` and
+    `end_time` are midnights). Raises `expansion_limit` past the budget."""
+    return [_meets(row, r, budget) for row in rows]
+
+
+def _meets(row: Mapping[str, Any], r: Range, budget: expansion.Budget) -> bool:
     try:
         tz = times.zone(row["start_timezone"], param="start_timezone")
     except ApiError:
         return False
-    found, _ = agenda.spans(row, instant_window(r, tz))
-    return bool(found)
+    return expansion.meets(row, instant_window(r, tz), budget)
 
 
 class Occurrence(NamedTuple):
@@ -86,10 +99,15 @@ class Occurrence(NamedTuple):
     is_all_day: bool
 
 
-def occurrences(row: Mapping[str, Any], r: Range, tz: ZoneInfo) -> list[Occurrence]:
+def occurrences(row: Mapping[str, Any], r: Range, tz: ZoneInfo, budget: expansion.Budget
+                ) -> list[Occurrence]:
     """The occurrences of event `row` that meet [start, end), as the agenda shows
-    them in zone `tz`: sorted, at most MAX_OCCURRENCES."""
-    found, _ = agenda.spans(row, instant_window(r, tz))
+    them in zone `tz`: sorted, the first MAX_OCCURRENCES. Raises `expansion_limit`
+    when they cannot all be told within the budget."""
+    found, reason = expansion.spans(row, instant_window(r, tz), budget,
+                                    limit=MAX_OCCURRENCES + 1)
+    if reason == "expansion_limit":
+        raise expansion.exhausted()
     return [
         Occurrence(
             agenda.occurrence_id(row["id"], s.start, s.start_date), s.start, s.end,
@@ -109,6 +127,10 @@ class Counts(NamedTuple):
     maybe: int
     not_going: int
     waitlist: int
+    total_attendees: int
+
+
+_NONE = Counts(0, 0, 0, 0, 0)
 
 
 class BucketCounts(NamedTuple):
@@ -118,6 +140,7 @@ class BucketCounts(NamedTuple):
     maybe: int
     not_going: int
     waitlist: int
+    total_attendees: int
 
 
 def check_bucket(bucket: str) -> Bucket:
@@ -167,23 +190,28 @@ def _next_bucket(day: date, bucket: Bucket) -> date:
 
 def summarize(starts: Sequence[date], grouped: Iterable[tuple[date, int, Counts]],
               recurring: Iterable[tuple[Mapping[str, Any], Counts]], r: Range, tz: ZoneInfo,
-              bucket: Bucket) -> list[BucketCounts]:
+              bucket: Bucket, budget: expansion.Budget) -> list[BucketCounts]:
     """One entry per bucket of `starts`: `grouped` (one-off events, already counted
     per bucket by SQL: bucket, events, RSVP counts) plus each recurring event's
-    occurrences that start in [start, end), one event each, its RSVPs counted once,
-    in the bucket of its first occurrence there."""
-    totals: dict[date, list[int]] = {day: [0, 0, 0, 0, 0] for day in starts}
+    occurrences that start in [start, end), every one of them, one event each, its
+    RSVPs counted once, in the bucket of its first occurrence there. Raises
+    `expansion_limit` when an event's occurrences cannot all be counted within the
+    budget: a summary is exact or an error."""
+    totals: dict[date, list[int]] = {day: [0] * 6 for day in starts}
     for day, events, counts in grouped:
         _add(totals, day, events, counts)
     w = instant_window(r, tz)
     for row, counts in recurring:
         first = True
-        found, _ = agenda.spans(row, w)
+        # No cut of its own: only the budget bounds it, and passing it is an error.
+        found, reason = expansion.spans(row, w, budget, limit=expansion.MAX_OCCURRENCES + 1)
+        if reason is not None or budget.exhausted:
+            raise expansion.exhausted()
         for s in found:
             if not r.start <= s.start < r.end:
                 continue  # began before the window: it meets it, but starts outside
             _add(totals, bucket_of(s.start.astimezone(tz).date(), bucket), 1,
-                 counts if first else Counts(0, 0, 0, 0))
+                 counts if first else _NONE)
             first = False
     return [BucketCounts(day, *totals[day]) for day in starts]
 

@@ -33,6 +33,9 @@ _CODES: dict[str, tuple[str, int]] = {
     "invalid_recurrence_rule": ("invalid_request_error", 400),
     "multiple_attendees_not_allowed": ("invalid_request_error", 400),
     "agenda_window_out_of_range": ("invalid_request_error", 400),
+    # A count or summary that would pass the request's expansion budget: exact or
+    # this, never a smaller number (GraphQL only; docs/api-choices.md, "Bounded work").
+    "expansion_limit": ("invalid_request_error", 400),
     "payload_too_large": ("invalid_request_error", 413),
     "response_too_large": ("invalid_request_error", 400),
     "unsupported_media_type": ("invalid_request_error", 415),

@@ -36,9 +36,9 @@ from db import agenda as agenda_store
 from db import connected as connected_store
 from db import freebusy as store
 from db.database import Database
-from kalends import agenda, cpu, recurrence, times
+from kalends import agenda, expansion, times
 from kalends.auth import Viewer
-from kalends.connected import components, occurrences, sync_state
+from kalends.connected import components, sync_state
 from kalends.errors import ApiError
 from kalends.validation import Body
 
@@ -117,7 +117,7 @@ class MeetingTimes:
     time_zone: ZoneInfo
     warnings: list[agenda.SyncWarning]
     complete: bool
-    incomplete_reason: Reason | None
+    incomplete_reason: Reason | Literal["people_unavailable"] | None
 
 
 # ---------------------------------------------------------------------------
@@ -349,7 +349,10 @@ async def meeting_times(db: Database, viewer: Viewer, query: MeetingTimesQuery,
                   timedelta(minutes=query.duration_minutes),
                   timedelta(minutes=query.step_minutes), query.limit)
     unavailable = [p.email for p in people if p.error is not None]
-    return MeetingTimes(found, unavailable, tz, warnings, reason is None, reason)
+    # The slots then reflect only the others: never complete (docs/api-choices.md,
+    # "Free/busy and meeting times"). Work that ran out says so first.
+    why = reason or ("people_unavailable" if unavailable else None)
+    return MeetingTimes(found, unavailable, tz, warnings, why is None, why)
 
 
 async def _read(
@@ -404,7 +407,7 @@ async def _read(
         own_answers[row["user_id"]].append(row)
 
     # Expansion is CPU work (bounded per person): beside the event loop.
-    busy, reason = await cpu.run(
+    busy, reason = await expansion.run(
         _everyones_busy, everyone, own_rows, own_connected, own_answers,
         first_day, end_day, start, end)
     people = [_person(viewer.email, busy[viewer.user_id])]
@@ -436,7 +439,7 @@ def _everyones_busy(
             busy[someone.user_id], reason = None, "expansion_limit"
             continue
         w = agenda.Window(first_day, end_day, someone.tz, start, end)
-        budget = recurrence.Budget()
+        budget = expansion.request_budget()
         spans, why = _spans(rows, own_connected[someone.user_id], answers, w, budget)
         if budget.exhausted:
             busy[someone.user_id], reason = None, "expansion_limit"
@@ -479,7 +482,7 @@ def _sources(rows: list[asyncpg.Record], sync_interval: timedelta
 
 
 def _spans(rows: Sequence[asyncpg.Record], connected: Sequence[asyncpg.Record],
-           answered: Sequence[asyncpg.Record], w: agenda.Window, budget: recurrence.Budget
+           answered: Sequence[asyncpg.Record], w: agenda.Window, budget: expansion.Budget
            ) -> tuple[list[tuple[datetime, datetime, Status]], Reason | None]:
     """One person's occurrences that take time, before merging: the agenda's own
     expansion of their calendar events and connected components, and of the events
@@ -513,7 +516,7 @@ def _spans(rows: Sequence[asyncpg.Record], connected: Sequence[asyncpg.Record],
             continue
         # The agenda's own expansion, bounded as it bounds it; a row it cannot expand
         # is logged there and reported here as incomplete.
-        found, why = agenda.spans(row, w, budget, limit=agenda.READ_ROWS)
+        found, why = expansion.spans(row, w, budget, limit=agenda.READ_ROWS)
         reason = _worse(reason, why)
         if zone is not None:
             for span in found:
@@ -524,8 +527,8 @@ def _spans(rows: Sequence[asyncpg.Record], connected: Sequence[asyncpg.Record],
             spans.extend((span.start, span.end, status) for span in found
                          if span.end is not None)
     shown = {r["source_event_id"] for r in rows if r["source_event_id"] is not None}
-    bounds = occurrences.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
-    external, why = occurrences.expand(connected, bounds, agenda.MAX_ITEMS, shown)
+    bounds = expansion.Bounds(w.start, w.end, w.first_day, w.end_date, w.tz)
+    external, why = expansion.connected(connected, bounds, agenda.MAX_ITEMS, shown, budget)
     reason = _worse(reason, why)
     for f in external:
         if f.component.transparent or f.end is None:

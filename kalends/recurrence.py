@@ -77,6 +77,7 @@ wall-clock time, and a DATE UNTIL includes the whole local day.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, time, timedelta
@@ -181,19 +182,23 @@ class Budget:
     expansion: occurrences (a one-off row is one) and work units of the metered
     walk. Shared by every row the request expands, so that the work is bounded per
     request and not only per row: once spent, `exhausted` is set and the request
-    answers `expansion_limit`."""
+    answers `expansion_limit`. Readers get one from `kalends.expansion`, the only
+    module that expands (docs/api-choices.md, "Bounded work")."""
 
     occurrences: int = MAX_OCCURRENCES
     work: float = REQUEST_WORK
     exhausted: bool = False
+    # One request's fields may expand on both CPU threads at once.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def spend(self, occurrences: int, work: float = 0.0) -> bool:
         """Charge `occurrences` and `work`; False (and `exhausted`) once past either."""
-        self.occurrences -= occurrences
-        self.work -= work
-        if self.occurrences < 0 or self.work < 0:
-            self.exhausted = True
-        return not self.exhausted
+        with self._lock:
+            self.occurrences -= occurrences
+            self.work -= work
+            if self.occurrences < 0 or self.work < 0:
+                self.exhausted = True
+            return not self.exhausted
 
 
 def check(

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from db import agenda as agenda_store
 from db.database import Database
-from kalends import agenda
+from kalends import agenda, expansion
 
 ZONES = ("Europe/Paris", "America/New_York", "Asia/Kolkata", "Pacific/Chatham",
          "Australia/Lord_Howe")
@@ -165,7 +165,8 @@ async def agenda_occurrences(db: Database, email: str, calendar_id: str,
     user_id = await db.fetchval("SELECT id FROM users WHERE email = $1", email)
     rows = await agenda_store.events(db, user_id, [calendar_id], w.start, w.end,
                                      w.first_day, w.end_date, limit=agenda.READ_ROWS)
-    items, complete, _ = agenda.merge(rows, w)
+    items, complete, _ = await expansion.run(agenda.merge, rows, w,
+                                             expansion.request_budget())
     found: dict[str, list[Occurrence]] = {}
     for item in items:
         if item.is_all_day:

@@ -901,7 +901,8 @@ def test_a_connected_span_reaches_rdates_past_the_rules_until() -> None:
 ])
 def test_a_connected_count_series_span_ends_with_its_last_occurrence(
         start: Any, zone: str | None, end: Any, rule: str, count: int) -> None:
-    from kalends.connected import components, occurrences
+    from kalends import expansion
+    from kalends.connected import components
     from kalends.connected.provider import Component
 
     c = Component(uid="c@x", start=start, zone=zone, end=end, end_zone=zone, rrule=rule)
@@ -915,9 +916,10 @@ def test_a_connected_count_series_span_ends_with_its_last_occurrence(
     for name in ("Pacific/Kiritimati", "Pacific/Pago_Pago", "Europe/Paris"):
         tz = ZoneInfo(name)
         first, end_day = date(2026, 12, 1), date(2028, 6, 1)
-        bounds = occurrences.Bounds(times.local_midnight(first, tz),
-                                    times.local_midnight(end_day, tz), first, end_day, tz)
-        found, reason = occurrences.expand([row], bounds, 10_000, set())
+        bounds = expansion.Bounds(times.local_midnight(first, tz),
+                                  times.local_midnight(end_day, tz), first, end_day, tz)
+        found, reason = expansion.connected([row], bounds, 10_000, set(),
+                                            expansion.request_budget())
         assert reason is None and len(found) == count
         assert all((f.end or f.start) <= last for f in found)
         assert last - max(f.end or f.start for f in found) <= timedelta(days=2)

@@ -687,6 +687,8 @@ async def test_strangers_and_unknown_addresses_get_the_same_bytes(
                "emails": [address], "working_hours": {"days": list(WEEKDAYS)}}
     status, found, _ = await api.post("/v1/meeting-times", caller, json=meeting)
     assert status == 200 and found["unavailable"] == [address], found
+    # The slots reflect only the others, and the answer says so.
+    assert (found["complete"], found["incomplete_reason"]) == (False, "people_unavailable")
     # Sharing an organization makes them visible (either way round).
     member(live_server, stranger, caller)
     body = await free_busy(api, caller, **query)
@@ -694,6 +696,7 @@ async def test_strangers_and_unknown_addresses_get_the_same_bytes(
         interval(midnight(day) + timedelta(hours=2), midnight(day) + timedelta(hours=3))]}
     status, found, _ = await api.post("/v1/meeting-times", caller, json=meeting)
     assert found["unavailable"] == []
+    assert (found["complete"], found["incomplete_reason"]) == (True, None)
     assert z(midnight(day) + timedelta(hours=2)) not in [s["start"] for s in found["data"]]
 
 

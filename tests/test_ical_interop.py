@@ -33,8 +33,8 @@ from ical_readers import (
 )
 
 from db import events as event_store
-from kalends import agenda
-from kalends.connected import engine, ical, occurrences
+from kalends import agenda, expansion
+from kalends.connected import engine, ical
 from kalends.connected.provider import Component as RemoteComponent
 from kalends.connected.provider import RemoteEvent
 from kalends.notify import attendee_mail, ics
@@ -80,8 +80,8 @@ async def _compare(live: LiveServer, owner: User, reader: User,
         row = await event_store.for_mail(live.db, event["id"])
         rsvp = {"attendee_first_name": "Ada", "attendee_last_name": None,
                 "attendee_email": "ada@example.com", "status": "going"}
-        imip = _mime_calendar(attendee_mail.message(row, rsvp, "REQUEST",
-                                                    "events@kalends.test"))
+        imip = _mime_calendar(await expansion.run(attendee_mail.message, row, rsvp,
+                                                  "REQUEST", "events@kalends.test"))
         window = window_of(event)
         expected, complete = await agenda_occurrences(live.db, reader.email,
                                                       reader.calendar_id, window)
@@ -171,9 +171,10 @@ def _provider_text(body: dict[str, Any]) -> str:
 def _imported(text: str, window: Window) -> tuple[list[Any], str | None]:
     rows = [{**row, "calendar_id": "xcal_" + "0" * 32, "mirror_of": None}
             for row in engine.event_rows([RemoteEvent("k.ics", None, ical.parse(text))])]
-    bounds = occurrences.Bounds(window.start, window.end, window.first_day, window.end_day,
-                                ZoneInfo("UTC"))
-    found, reason = occurrences.expand(rows, bounds, agenda.MAX_ITEMS, set())
+    bounds = expansion.Bounds(window.start, window.end, window.first_day, window.end_day,
+                              ZoneInfo("UTC"))
+    found, reason = expansion.connected(rows, bounds, agenda.MAX_ITEMS, set(),
+                                        expansion.request_budget())
     return [("day", f.start_date, f.end_date) if f.start_date is not None
             else ("timed", f.start, f.end) for f in found], reason
 

@@ -39,7 +39,7 @@ import asyncpg
 from db import connected as store
 from db import embedded
 from db.database import Database, Tx
-from kalends import ids, outbound
+from kalends import expansion, ids, outbound
 from kalends.connected import components, vault
 from kalends.connected.provider import (
     Adapter,
@@ -246,8 +246,9 @@ class Engine:
             await store.synced(tx, calendar_id, changes.token)
 
     async def _push(self, calendar: asyncpg.Record, adapter: Adapter) -> None:
-        wanted = {r["id"]: ics.of_event(r)
-                  for r in await store.wanted_copies(self._db, calendar["id"])}
+        # Rendering walks each event's rule: beside the event loop.
+        wanted = await expansion.run(_components, await store.wanted_copies(self._db,
+                                                                            calendar["id"]))
         have = {r["event_id"]: r for r in await store.pushes(self._db, calendar["id"])}
         if not wanted and not have:
             return
@@ -322,3 +323,8 @@ async def connected_jobs(db: Database, settings: Settings
         with suppress(asyncio.CancelledError):
             await scheduler
         await session.close()
+
+
+def _components(rows: Sequence[asyncpg.Record]) -> dict[str, Component]:
+    """Kalends events as the components pushed for them."""
+    return {r["id"]: ics.of_event(r) for r in rows}

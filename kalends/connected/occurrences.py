@@ -65,10 +65,12 @@ class Bounds:
 
 
 def expand(rows: Sequence[Mapping[str, Any]], w: Bounds, limit: int,
-           shown: set[str]) -> tuple[list[Found], Reason | None]:
+           shown: set[str], budget: recurrence.Budget) -> tuple[list[Found], Reason | None]:
     """Every occurrence of the stored components `rows` that meets the window.
     Events that mirror a Kalends event in `shown` (copies Kalends pushed) are
-    left out."""
+    left out. Each group's occurrences and walk are charged to `budget`; once it
+    is spent the rest is left out and the answer is "expansion_limit". Called
+    only through `kalends.expansion.connected` (the one way to expand)."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["calendar_id"], row["uid"]), []).append(row)
@@ -77,8 +79,10 @@ def expand(rows: Sequence[Mapping[str, Any]], w: Bounds, limit: int,
     for group in groups.values():
         if any(_mirror(r) in shown for r in group):
             continue
+        if budget.exhausted:
+            return found, "expansion_limit"
         try:
-            more, why = _group(group, w, limit)
+            more, why, work = _group(group, w, limit)
         except (ApiError, ValueError, OverflowError) as exc:
             # Read from a provider, not sent by our client: one event that does not
             # expand must not take the agenda down.
@@ -86,6 +90,8 @@ def expand(rows: Sequence[Mapping[str, Any]], w: Bounds, limit: int,
             log.warning("connected event %s not expanded: %s", group[0]["uid"], exc)
             reason = "expansion_limit"
             continue
+        if not budget.spend(len(more), work):
+            return found, "expansion_limit"
         found.extend(more)
         reason = _worse(reason, why)
     return found, reason
@@ -102,25 +108,28 @@ def _mirror(row: Mapping[str, Any]) -> str | None:
 
 
 def _group(group: list[Mapping[str, Any]], w: Bounds, limit: int
-           ) -> tuple[list[Found], Reason | None]:
+           ) -> tuple[list[Found], Reason | None, float]:
+    """The group's occurrences, why they may be incomplete, and the work units
+    their walk spent."""
     masters = [r for r in group if r["recurrence_key"] == ""]
     overrides = [r for r in group if r["recurrence_key"] != ""]
     master = masters[0] if masters else None
     found: list[Found] = []
     reason: Reason | None = None
+    work = 0.0
     if master is not None and not master["cancelled"]:
         c = components.from_row(master)
         replaced = {r["recurrence_key"] for r in overrides}
         replaced |= {components.slot_key(m, c.zone) for m in c.exdates}
         recurring = c.rrule is not None or bool(c.rdates)
         # Slot keys only matter when something replaces a slot.
-        slots, reason = _slots(c, w, limit, keyed=bool(replaced))
+        slots, reason, work = _slots(c, w, limit, keyed=bool(replaced))
         for start, end, days, key in slots:
             if key in replaced:
                 continue
             found.append(_found(master, c, start, end, days, recurring, master["id"]))
     if master is not None and master["cancelled"]:
-        return [], None
+        return [], None, work
     for row in overrides:
         if row["cancelled"]:
             continue
@@ -130,7 +139,7 @@ def _group(group: list[Mapping[str, Any]], w: Bounds, limit: int
             # which expands series itself) not.
             owner = master["id"] if master is not None else row["id"]
             found.append(_found(row, c, start, end, days, True, owner))
-    return found, reason
+    return found, reason, work
 
 
 _Slot = tuple[datetime, datetime | None, tuple[date, date] | None, str]
@@ -182,23 +191,25 @@ def _zone(c: Component, w: Bounds) -> ZoneInfo:
 
 @lru_cache(maxsize=8192)
 def _slots(c: Component, w: Bounds, limit: int, *, keyed: bool
-           ) -> tuple[tuple[_Slot, ...], Reason | None]:
-    """The master's slots in the window; with `keyed`, each with its slot key (else "").
+           ) -> tuple[tuple[_Slot, ...], Reason | None, float]:
+    """The master's slots in the window; with `keyed`, each with its slot key (else ""),
+    and the work units the walk spent (charged again when remembered, so that an
+    answer does not depend on what was remembered).
 
     Cached: every request of an agenda expands the same stored masters over the same
     window. Both keys are immutable values (a row that a sync changed is another
     Component), and the slots depend on nothing else."""
     if c.rrule is None and not c.rdates:
-        return tuple(_single(c, w)), None
+        return tuple(_single(c, w)), None, 0.0
     if not isinstance(c.start, datetime):
-        slots, reason = _all_day_slots(c, w, limit)
+        slots, reason, work = _all_day_slots(c, w, limit)
     else:
-        slots, reason = _timed_slots(c, w, limit, keyed)
-    return tuple(slots), reason
+        slots, reason, work = _timed_slots(c, w, limit, keyed)
+    return tuple(slots), reason, work
 
 
 def _timed_slots(c: Component, w: Bounds, limit: int, keyed: bool
-                 ) -> tuple[list[_Slot], Reason | None]:
+                 ) -> tuple[list[_Slot], Reason | None, float]:
     assert isinstance(c.start, datetime)
     wall, tz = components.rule_clock(c, w.tz)
     floating = components.is_floating(c.start, c.zone)
@@ -210,6 +221,7 @@ def _timed_slots(c: Component, w: Bounds, limit: int, keyed: bool
     # instants are the ones placed here (the same fold=0 rule), not placed again.
     starts: dict[datetime, datetime] = {}
     reason: Reason | None = None
+    work = 0.0
     if c.rrule is not None:
         rule = components.rule_text(c.rrule)
         expansion = recurrence.occurrences(
@@ -221,7 +233,7 @@ def _timed_slots(c: Component, w: Bounds, limit: int, keyed: bool
             starts[wall] = first
         for o in expansion.items:
             starts.setdefault(o.original_local, o.start)
-        reason = expansion.incomplete_reason
+        reason, work = expansion.incomplete_reason, expansion.work
     else:
         starts[wall] = first
     for m in c.rdates:
@@ -238,15 +250,17 @@ def _timed_slots(c: Component, w: Bounds, limit: int, keyed: bool
             times.compact_utc(local.replace(tzinfo=UTC)).removesuffix("Z") if floating
             else times.compact_utc(start))
         slots.append((start, end, None, key))
-    return slots, reason
+    return slots, reason, work
 
 
-def _all_day_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Reason | None]:
+def _all_day_slots(c: Component, w: Bounds, limit: int
+                   ) -> tuple[list[_Slot], Reason | None, float]:
     first = _day(c.start)
     last = _day(c.end) if c.end is not None else first + timedelta(days=1)
     length = max(last - first, timedelta(days=1))
     days: list[date] = []
     reason: Reason | None = None
+    work = 0.0
     if c.rrule is not None:
         rule = components.rule_text(c.rrule)
         midnight, utc = components.rule_clock(c, _UTC)
@@ -257,7 +271,7 @@ def _all_day_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Re
         days = [o.original_local.date() for o in expansion.items]
         if not recurrence.ends_before_start(rule, midnight, utc):
             days.insert(0, first)  # as above
-        reason = expansion.incomplete_reason
+        reason, work = expansion.incomplete_reason, expansion.work
     else:
         days = [first]
     days.extend(_day(m) for m in c.rdates)
@@ -267,7 +281,7 @@ def _all_day_slots(c: Component, w: Bounds, limit: int) -> tuple[list[_Slot], Re
         if day < w.end_day and end_day > w.first_day:
             slots.append((times.local_midnight(day, w.tz), times.local_midnight(end_day, w.tz),
                           (day, end_day), day.strftime("%Y%m%d")))
-    return slots, reason
+    return slots, reason, work
 
 
 def _day(m: Moment) -> date:

@@ -34,6 +34,7 @@ from icalendar import vCalAddress
 from db import events as event_store
 from db import rsvps as rsvp_store
 from db.database import Database, Tx
+from kalends import expansion
 from kalends.notify import feeds, ics
 from kalends.service import jobs
 
@@ -83,7 +84,8 @@ async def _send(db: Database, event_id: str,
             if address in done:
                 continue
             try:
-                await deliver(message(event, rsvp, method, sender))
+                # Rendering walks the event's rule: beside the event loop.
+                await deliver(await expansion.run(message, event, rsvp, method, sender))
             except (aiosmtplib.SMTPException, OSError) as exc:
                 log.warning("attendee e-mail for event %s (%s, SEQUENCE %s) to %s failed: %s",
                             event_id, method, event["sequence"], address, _reply(exc))

@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo
 
 import icalendar
 
-from kalends import recurrence, times
+from kalends import expansion, times
 from kalends.connected.provider import Component, Moment
 
 UID_SUFFIX = "@kalends"
@@ -229,14 +229,17 @@ def _to_first_occurrence(row: Mapping[str, Any]) -> timedelta:
         lower = local.replace(tzinfo=zone)
     else:
         local, lower = t.local_start, row["start_time"]
-    first = recurrence.occurrences(rule, local, zone, lower, lower + _FIRST_WITHIN, limit=1)
-    if not first.items:
+    # One occurrence, on a budget of its own: a feed's rows are few and each walk is
+    # bounded, but no rule is expanded without one (kalends/expansion.py).
+    first = expansion.first_start(rule, local, zone, lower, lower + _FIRST_WITHIN,
+                                  expansion.Budget())
+    if first is None:
         return timedelta()
     shift: timedelta
     if t.is_all_day:
-        shift = first.items[0].original_local.date() - row["start_date"]
+        shift = first.original_local.date() - row["start_date"]
     else:
-        shift = first.items[0].start - row["start_time"]
+        shift = first.start - row["start_time"]
     return shift
 
 
