@@ -1,6 +1,14 @@
-"""Backup and restore of the whole database with the embedded server's own
-`pg_dump`, `pg_restore` and `psql` (they also serve a `DATABASE_URL` server of
-the same or an older major version).
+r"""Backup and restore of the whole database with the embedded server's own
+`pg_dump`, `pg_restore` and `psql`, on the embedded server or a `DATABASE_URL`
+server of any supported major version (15 and later; the tools are 18).
+
+pg_dump reads every older server. pg_restore, writing a script rather than
+talking to the server, starts it with settings of its own version: `SET
+transaction_timeout = 0` (PostgreSQL 17), which an older server refuses. A
+restore therefore reads which settings the target server has, and drops the
+script's opening SETs of any other (they only lift timeouts that server does not
+have). The `\restrict` and `\unrestrict` lines of recent releases are psql's
+own commands, run by the embedded psql and never sent to the server.
 
 A backup is written beside its target and renamed into place once complete,
 so a failed one never leaves a truncated file or replaces a good one. A
@@ -12,10 +20,13 @@ by restoring the wrong file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -38,6 +49,14 @@ _BEGIN_EMPTY_PUBLIC = (
 # What every Kalends database has (`db.migrate`): an archive without it is some
 # other database's, and restoring it would wipe this one for nothing.
 _KALENDS_TABLE = re.compile(r"^\d+; \d+ \d+ TABLE public schema_migrations ", re.MULTILINE)
+# The oldest server supported: what `_BEGIN_EMPTY_PUBLIC` and the migrations use,
+# and what the tests run a restore on (tests/pg15.py) beside the embedded 18.
+MINIMUM_SERVER = 150000
+# The lines pg_restore opens its script with, before the first object: blank
+# lines, comments, psql's meta-commands (\restrict), BEGIN, its fixed settings.
+_OPENING = re.compile(rb"\s*|--.*|\\.*|BEGIN;\s*|SET .*|SELECT pg_catalog\.set_config\(.*",
+                      re.DOTALL)
+_SETTING = re.compile(rb"SET (\w+) = ")
 
 
 def dump(dsn: str, target: Path) -> dict[str, Any]:
@@ -76,9 +95,10 @@ def restore(dsn: str, source: Path) -> dict[str, Any]:
                     what=f"{source} is not a Kalends backup")
     if not _KALENDS_TABLE.search(contents):
         raise AdminError(f"{source} is not a Kalends backup: it has no schema_migrations table")
+    known = _server_settings(dsn)
     previous = _aside(source)
     dump(dsn, previous)
-    _load(dsn, source)
+    _load(dsn, source, known)
     return {"restored": str(source), "previous": str(previous), "database": _name(dsn)}
 
 
@@ -92,15 +112,31 @@ def _aside(source: Path) -> Path:
     return path
 
 
-def _load(dsn: str, source: Path) -> None:
-    """pg_restore's SQL piped straight into psql, neither held in memory nor on disk.
+def _server_settings(dsn: str) -> set[str]:
+    """The names of the settings the server has; AdminError on a server older than
+    Kalends supports, said before anything is touched."""
+    url, env = _client(dsn)
+    lines = _run("psql", "--no-psqlrc", "--no-align", "--tuples-only", "--command",
+                 "SELECT current_setting('server_version_num')", "--command",
+                 "SELECT name FROM pg_catalog.pg_settings", "--dbname", url,
+                 env=env).splitlines()
+    version = int(lines[0])
+    if version < MINIMUM_SERVER:
+        raise AdminError(f"the server runs PostgreSQL {version // 10000}; Kalends needs "
+                         f"{MINIMUM_SERVER // 10000} or later")
+    return {line.strip() for line in lines[1:]}
+
+
+def _load(dsn: str, source: Path, known: set[str]) -> None:
+    """pg_restore's SQL relayed to psql, neither held in memory nor on disk.
 
     psql opens the transaction and empties `public`; the script follows in the same
-    transaction. pg_restore --single-transaction writes its COMMIT last, only once
-    it has read the whole archive: if it stops short (a cut or damaged file), psql
-    reaches the end of its input with the transaction open, and the server rolls
-    it back when psql disconnects. ON_ERROR_STOP makes any failing statement do
-    the same. (pg_restore's own BEGIN only draws a warning.)"""
+    transaction, its opening SETs of settings the server lacks (`known` are those it
+    has) left out on the way (`_relay`). pg_restore --single-transaction writes its
+    COMMIT last, only once it has read the whole archive: if it stops short (a cut
+    or damaged file), psql reaches the end of its input with the transaction open,
+    and the server rolls it back when psql disconnects. ON_ERROR_STOP makes any
+    failing statement do the same. (pg_restore's own BEGIN only draws a warning.)"""
     url, env = _client(dsn)
     with tempfile.TemporaryFile() as read_errors, tempfile.TemporaryFile() as load_errors:
         reader = subprocess.Popen(
@@ -113,14 +149,15 @@ def _load(dsn: str, source: Path) -> None:
                 [str(embedded.program("psql")), "--no-psqlrc", "--quiet",
                  "--set", "ON_ERROR_STOP=1", "--command", _BEGIN_EMPTY_PUBLIC,
                  "--file", "-", "--dbname", url],
-                stdin=reader.stdout, stdout=subprocess.DEVNULL, stderr=load_errors, env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=load_errors, env=env,
             )
         except BaseException:
             _end(reader)
             raise
-        # psql alone holds the pipe now, so pg_restore learns when psql stops.
-        assert reader.stdout is not None
-        reader.stdout.close()
+        assert reader.stdout is not None and loader.stdin is not None
+        relay = threading.Thread(target=_relay, args=(reader.stdout, loader.stdin, known),
+                                 name="restore-relay", daemon=True)
+        relay.start()
         try:
             loaded = loader.wait(timeout=_TIMEOUT)
             read = reader.wait(timeout=60)
@@ -128,14 +165,39 @@ def _load(dsn: str, source: Path) -> None:
             raise AdminError(f"restoring {source} took too long (over {_TIMEOUT} s)") from None
         finally:
             # Also on an interruption (SIGTERM exits through here): killing psql
-            # mid-transaction rolls the transaction back.
+            # mid-transaction rolls the transaction back. Either one gone, the
+            # relay meets the end of its input or a broken pipe, and ends.
             _end(loader, reader)
+            relay.join(timeout=10)
         # psql's error names the statement that failed; pg_restore then only
         # saw its reader go away.
         if loaded != 0:
             raise AdminError(f"{source} cannot be restored: {_reason(load_errors, loaded)}")
         if read != 0:
             raise AdminError(f"{source} cannot be read: {_reason(read_errors, read)}")
+
+
+def _relay(script: IO[bytes], psql: IO[bytes], known: set[str]) -> None:
+    """Copy pg_restore's script to psql, less the opening SETs of settings not
+    `known` to the server. The rest goes as it is, in blocks: table data never
+    passes the filter. Whichever side stops first, the other sees its pipe close:
+    psql the end of its input (and, with no COMMIT, rolls back), pg_restore a
+    broken pipe."""
+    try:
+        for line in script:
+            if not _OPENING.fullmatch(line):
+                psql.write(line)
+                break
+            setting = _SETTING.match(line)
+            if setting is None or setting[1].decode() in known:
+                psql.write(line)
+        shutil.copyfileobj(script, psql, 1 << 16)
+    except OSError:
+        pass  # psql stopped: its own error says why
+    finally:
+        for pipe in (psql, script):
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 def _end(*procs: subprocess.Popen[bytes]) -> None:

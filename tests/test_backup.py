@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import io
 import json
 import secrets
 import subprocess
@@ -23,6 +24,7 @@ import orjson
 import pytest
 from conftest import LiveServer, migrated_database
 from cryptography.hazmat.primitives import serialization
+from pg15 import needs_pg15, pg15_server
 from processes import (
     ROOT,
     Service,
@@ -342,6 +344,90 @@ def test_a_password_stays_off_the_command_line(
         assert "postgresql://kalends@db.example:5433/kalends?sslmode=require" in args, args
         assert not any(password in arg or "cret" in arg for arg in args), args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pg_dump", "seen"]  # nothing partial
+
+
+@pytest.mark.slow
+@needs_pg15
+def test_round_trip_on_postgresql_15(tmp_path: Path) -> None:
+    """The oldest server supported: the embedded package's pg_dump and pg_restore are
+    18, whose script sets what 15 does not know (transaction_timeout, ...)."""
+    with pg15_server() as server:
+        assert _server_version(server) // 10000 == 15
+        with migrated_database(server, prefix="kalends_pg15") as dsn:
+            before = _user(dsn)
+            target = tmp_path / "kalends.dump"
+            _quiet(run_admin(dsn, "backup", "--to", str(target)), BACKUP)
+            at_backup = _everything(dsn)
+            assert at_backup["users"][0] == 1
+            with migrated_database(server, prefix="kalends_pg15_fresh") as fresh:
+                _quiet(run_admin(fresh, "restore", "--from", str(target)), RESTORE)
+                assert _everything(fresh) == at_backup  # every table, row for row
+                assert _exists(fresh, before)
+            # And back into the database it was taken from, a user later.
+            _user(dsn)
+            _quiet(run_admin(dsn, "restore", "--from", str(target)), RESTORE)
+            assert _everything(dsn) == at_backup
+
+
+def test_a_server_older_than_15_is_refused_before_anything_is_touched(
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _user(dsn)
+    target = tmp_path / "kalends.dump"
+    _quiet(run_admin(dsn, "backup", "--to", str(target)), BACKUP)
+    before = _everything(dsn)
+    # A psql that finds PostgreSQL 14: the version, then the settings' names.
+    fake = tmp_path / "psql"
+    fake.write_text('#!/bin/sh\nprintf "140011\\nstatement_timeout\\n"\n')
+    fake.chmod(0o755)
+    real = embedded.program
+    monkeypatch.setattr(embedded, "program",
+                        lambda name: fake if name == "psql" else real(name))
+    with pytest.raises(AdminError, match=r"^the server runs PostgreSQL 14; Kalends needs 15 "):
+        backup.restore(dsn, target)
+    assert _everything(dsn) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kalends.dump", "psql"]  # none saved
+
+
+def test_the_opening_settings_a_server_lacks_are_left_out() -> None:
+    """Only the SETs before the first object, only of settings the server lacks:
+    the same line as table data, later, goes through."""
+    opening = (b"--\n-- PostgreSQL database dump\n--\n\n\\restrict k3y\n\n"
+               b"-- Dumped by pg_dump version 18.6\n\nBEGIN;\n\n"
+               b"SET statement_timeout = 0;\n")
+    rest = (b"SET client_encoding = 'UTF8';\n"
+            b"SELECT pg_catalog.set_config('search_path', '', false);\n\n"
+            b"--\n-- Name: notes; Type: TABLE\n--\n\nCREATE TABLE public.notes (body text);\n"
+            b"SET default_tablespace = '';\n\nCOPY public.notes (body) FROM stdin;\n"
+            b"SET transaction_timeout = 0;\n\\.\n\nCOMMIT;\n\n\\unrestrict k3y\n")
+    script = opening + b"SET transaction_timeout = 0;\n" + rest
+    known = {"statement_timeout", "client_encoding", "search_path", "default_tablespace"}
+    assert _relayed(script, known) == opening + rest  # PostgreSQL 15 and 16
+    assert _relayed(script, {*known, "transaction_timeout"}) == script  # 17 and later
+
+
+class _Sink(io.BytesIO):
+    def close(self) -> None:
+        self.written = self.getvalue()
+        super().close()
+
+
+def _relayed(script: bytes, known: set[str]) -> bytes:
+    sink = _Sink()
+    backup._relay(io.BytesIO(script), sink, known)
+    assert sink.closed
+    return sink.written
+
+
+def _server_version(dsn: str) -> int:
+    async def fetch() -> int:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return int(await conn.fetchval("SHOW server_version_num"))
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
 
 
 def test_default_setup_round_trip(data_dir: Path, tmp_path: Path) -> None:
