@@ -19,7 +19,41 @@ from kalends.errors import ApiError
 log = logging.getLogger("kalends.db")
 
 
-class Database:
+class _Statements:
+    """What `Database` and `Tx` share: the four ways to run a statement, each counted
+    and each run by `_statement`, where a lost connection becomes `503
+    service_unavailable`. A class that runs statements elsewhere (another pool, a
+    connection) says where in `_runner`, and inherits the rest."""
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        return await self._statement("fetch", sql, args)  # type: ignore[no-any-return]
+
+    async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        return await self._statement("fetchrow", sql, args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        return await self._statement("fetchval", sql, args)
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        return await self._statement("execute", sql, args)  # type: ignore[no-any-return]
+
+    def _runner(self) -> asyncpg.Pool | asyncpg.Connection:
+        raise NotImplementedError
+
+    def _counted(self) -> None:
+        raise NotImplementedError
+
+    def _released_is_lost(self) -> bool:
+        """Whether asyncpg's "released back to the pool" means the connection closed."""
+        return False
+
+    async def _statement(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
+        self._counted()
+        async with _unavailable_on_connection_loss(released_is_lost=self._released_is_lost()):
+            return await getattr(self._runner(), method)(sql, *args)
+
+
+class Database(_Statements):
     def __init__(self, pool: asyncpg.Pool, dsn: str | None = None) -> None:
         self.pool = pool
         self.dsn = dsn
@@ -51,25 +85,11 @@ class Database:
     async def close(self) -> None:
         await self.pool.close()
 
-    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        self.query_count += 1
-        async with _unavailable_on_connection_loss():
-            return await self.pool.fetch(sql, *args)  # type: ignore[no-any-return]
+    def _runner(self) -> asyncpg.Pool:
+        return self.pool
 
-    async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+    def _counted(self) -> None:
         self.query_count += 1
-        async with _unavailable_on_connection_loss():
-            return await self.pool.fetchrow(sql, *args)
-
-    async def fetchval(self, sql: str, *args: Any) -> Any:
-        self.query_count += 1
-        async with _unavailable_on_connection_loss():
-            return await self.pool.fetchval(sql, *args)
-
-    async def execute(self, sql: str, *args: Any) -> str:
-        self.query_count += 1
-        async with _unavailable_on_connection_loss():
-            return await self.pool.execute(sql, *args)  # type: ignore[no-any-return]
 
     @asynccontextmanager
     async def transaction(self, isolation: str = "read_committed") -> AsyncIterator[Tx]:
@@ -77,11 +97,14 @@ class Database:
             work_failed: BaseException | None = None
             try:
                 async with conn.transaction(isolation=isolation):
+                    tx = Tx(conn, self, in_transaction=True)
                     try:
-                        yield Tx(conn, self)
+                        yield tx
                     except BaseException as exc:
                         work_failed = exc
                         raise
+                    finally:
+                        tx.in_transaction = False
             except Exception as leaving:
                 outcome = _outcome(work_failed, leaving)
                 if outcome is leaving:
@@ -91,33 +114,33 @@ class Database:
             raise outcome  # out of the `except`: it keeps its own chain for the log
 
 
-class Tx:
-    """A connection inside a transaction, counting like `Database`."""
+class Tx(_Statements):
+    """A connection inside a transaction, counting like `Database`; its statements
+    answer a lost connection as the pool's do (a webhook payload is rendered by
+    GraphQL resolvers running on a Tx, which see the 503, not asyncpg's error)."""
 
-    def __init__(self, conn: asyncpg.Connection, db: Database) -> None:
+    def __init__(self, conn: asyncpg.Connection, db: Database, *,
+                 in_transaction: bool = False) -> None:
         self._conn = conn
         self._db = db
+        self.in_transaction = in_transaction
+        """Inside `Database.transaction`, which holds the pool's connection: until it
+        ends, the pool takes the connection back only when it closes."""
 
     @property
     def connection(self) -> asyncpg.Connection:
-        """For libraries that must act inside this transaction (the job queue)."""
+        """For libraries that must act inside this transaction (the job queue). What
+        they raise is theirs; the transaction, as it ends, maps a lost connection."""
         return self._conn
 
-    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        self._db.query_count += 1
-        return await self._conn.fetch(sql, *args)  # type: ignore[no-any-return]
+    def _runner(self) -> asyncpg.Connection:
+        return self._conn
 
-    async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+    def _counted(self) -> None:
         self._db.query_count += 1
-        return await self._conn.fetchrow(sql, *args)
 
-    async def fetchval(self, sql: str, *args: Any) -> Any:
-        self._db.query_count += 1
-        return await self._conn.fetchval(sql, *args)
-
-    async def execute(self, sql: str, *args: Any) -> str:
-        self._db.query_count += 1
-        return await self._conn.execute(sql, *args)  # type: ignore[no-any-return]
+    def _released_is_lost(self) -> bool:
+        return self.in_transaction
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
@@ -186,15 +209,32 @@ def _outcome(work_failed: BaseException | None, leaving: Exception) -> BaseExcep
     return work_failed
 
 
+def unavailable(exc: BaseException, *, released_is_lost: bool = False) -> ApiError | None:
+    """The `503 service_unavailable` to answer when `exc` is how a database connection
+    was lost, else None. For code that turns what it caught into an answer (GraphQL's
+    errors, the registry's), so that a loss met on a connection other than
+    `Database`'s and `Tx`'s is a 503 as well. `released_is_lost`: `exc` came from a
+    connection the pool lent to an open transaction, which the pool takes back early
+    only when it closes."""
+    released = isinstance(exc, asyncpg.exceptions.InterfaceError) and bool(
+        _RELEASED.fullmatch(str(exc)))
+    if not (_connection_lost(exc) or (released and released_is_lost)):
+        return None
+    if isinstance(exc, asyncpg.exceptions.InternalClientError):
+        log.warning("database connection in a broken state", exc_info=exc)
+    return ApiError("service_unavailable", "The database is unreachable; retry.")
+
+
 @asynccontextmanager
-async def _unavailable_on_connection_loss() -> AsyncIterator[None]:
-    """The one place where a lost database becomes `503 service_unavailable`: every
-    query, and every transaction from acquiring its connection to releasing it."""
+async def _unavailable_on_connection_loss(*, released_is_lost: bool = False
+                                          ) -> AsyncIterator[None]:
+    """Where a lost database becomes `503 service_unavailable`: every statement of
+    `Database` and `Tx`, and every transaction from acquiring its connection to
+    releasing it."""
     try:
         yield
     except Exception as exc:
-        if not _connection_lost(exc):
+        error = unavailable(exc, released_is_lost=released_is_lost)
+        if error is None:
             raise
-        if isinstance(exc, asyncpg.exceptions.InternalClientError):
-            log.warning("database connection in a broken state", exc_info=True)
-        raise ApiError("service_unavailable", "The database is unreachable; retry.") from exc
+        raise error from exc

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
+from zoneinfo import ZoneInfo
 
 import asyncpg
 
@@ -190,19 +191,55 @@ async def event_rsvps(ctx: Context, event: asyncpg.Record, limit: int, cursor: s
 # Occurrences and the RSVP summary
 
 
+class _Occurrences(NamedTuple):
+    """One event's occurrences asked for (the row is hashed with its values)."""
+
+    event: asyncpg.Record
+    range: dashboard.Range
+    tz: ZoneInfo
+
+
 async def event_occurrences(ctx: Context, event: asyncpg.Record, start: str, end: str,
                             timezone: str | None) -> list[EventOccurrence]:
     r = dashboard.parse_range(start, end, max_days=dashboard.MAX_OCCURRENCE_DAYS,
                               required=True)
     assert r is not None
     tz = agenda.resolve_zone(timezone, ctx.viewer.timezone)
-    return [
-        EventOccurrence(occurrence_id=o.occurrence_id, start=Timestamp(o.start),
-                        end=Timestamp(o.end) if o.end is not None else None,
-                        local_start=o.local_start, local_end=o.local_end,
-                        start_date=o.start_date, end_date=o.end_date, is_all_day=o.is_all_day)
-        for o in await expansion.run(dashboard.occurrences, event, r, tz, ctx.budget)
-    ]
+    if ctx.budget.exhausted:
+        raise expansion.exhausted()  # at once: no hop to the CPU pool for an error
+    # Every event of the document in one hop beside the event loop (a page of 100
+    # events is one batch, not 100), the answer's objects made there too.
+    loader = ctx.loaders.keyed("occurrences", lambda asks: _occurrences(ctx, asks))
+    found: list[EventOccurrence] = await loader.load(_Occurrences(event, r, tz))
+    return found
+
+
+async def _occurrences(ctx: Context, asks: Sequence[_Occurrences]
+                       ) -> list[list[EventOccurrence]] | list[ApiError]:
+    return await expansion.run(_expand_each, asks, ctx.budget)
+
+
+def _expand_each(asks: Sequence[_Occurrences], budget: expansion.Budget
+                 ) -> list[list[EventOccurrence]] | list[ApiError]:
+    """Each ask's occurrences; once the budget is spent, the error for every ask of
+    the batch (the document asked for more than it may: none of its lists is made
+    into an answer, which would cost the event loop as much again)."""
+    found: list[list[EventOccurrence]] = []
+    for ask in asks:
+        try:
+            found.append([_occurrence(o) for o in
+                          dashboard.occurrences(ask.event, ask.range, ask.tz, budget)])
+        except ApiError as exc:
+            return [exc] * len(asks)
+    return found
+
+
+def _occurrence(o: dashboard.Occurrence) -> EventOccurrence:
+    return EventOccurrence(
+        occurrence_id=o.occurrence_id, start=Timestamp(o.start),
+        end=Timestamp(o.end) if o.end is not None else None, local_start=o.local_start,
+        local_end=o.local_end, start_date=o.start_date, end_date=o.end_date,
+        is_all_day=o.is_all_day)
 
 
 async def rsvp_summary(ctx: Context, profile: asyncpg.Record, start: str, end: str,

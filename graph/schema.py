@@ -11,6 +11,7 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors, ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 
+from db.database import unavailable
 from graph import limits
 from graph.agenda import AgendaQueries
 from graph.calendars import CalendarMutations, CalendarQueries
@@ -79,13 +80,26 @@ class _Execution:
 def reported(errors: list[GraphQLError], context: Any) -> list[GraphQLError]:
     """Log the errors as the schema does (a refused request: one line; a bug: its
     traceback), then hide every error but an ApiError's from the client: what
-    `/graphql` answers over POST and WebSocket alike."""
+    `/graphql` answers over POST and WebSocket alike. A resolver that lost its
+    database connection, on whatever connection, failed with `service_unavailable`."""
+    errors = [_unavailable(error) for error in errors]
     schema.process_errors(errors, _Execution(context))
     return [
         GraphQLError(MASKED, error.nodes, error.source, error.positions, error.path)
         if is_unexpected(error) else error
         for error in errors
     ]
+
+
+def _unavailable(error: GraphQLError) -> GraphQLError:
+    """The error as a lost database answers it, when that is what the resolver met."""
+    raw = error.original_error
+    lost = None if raw is None or isinstance(raw, ApiError) else unavailable(raw)
+    if lost is None:
+        return error
+    lost.__cause__ = raw
+    return GraphQLError(lost.message, error.nodes, error.source, error.positions,
+                        error.path, lost)
 
 
 def is_unexpected(error: GraphQLError) -> bool:

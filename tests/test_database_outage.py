@@ -14,21 +14,28 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import aiohttp
 import asyncpg
 import pytest
-from conftest import LiveServer, assert_error
+from conftest import Api, LiveServer, assert_error, new_event, new_profile
+from graphql import ExecutionResult, GraphQLError
 from processes import Service, create_user, json_lines, postmaster_pid, service_env, start
 
 from db import embedded
 from db.database import Database, Tx
 from db.migrate import migrate
+from graph.context import Context
+from graph.plan import Plan
+from graph.schema import MASKED, is_unexpected, reported
+from kalends import registry
 from kalends.errors import ApiError
 from kalends.service import jobs
 
 
+@pytest.mark.slow
 async def test_outage_is_503_and_the_service_recovers() -> None:
     data = Path(tempfile.mkdtemp(prefix="kalends-outage-"))
     dsn, server = await asyncio.to_thread(embedded.start, data)
@@ -185,6 +192,143 @@ async def test_interface_errors_that_are_bugs_stay_500s(db: Database) -> None:
     assert await db.fetchval("SELECT 1") == 1
 
 
+@pytest.mark.parametrize("seen", [True, False], ids=["seen-closed", "not-yet-seen"])
+async def test_every_statement_of_a_tx_on_a_lost_connection_is_503(
+    db: Database, database_url: str, seen: bool
+) -> None:
+    # The statement itself answers 503, not only the transaction as it ends: code that
+    # catches what a statement raised (a webhook payload's GraphQL run) sees an ApiError.
+    raised: list[Exception] = []
+    with pytest.raises(ApiError) as left:
+        async with db.transaction() as tx:
+            if seen:  # the pool has taken the connection back: "released back to the pool"
+                await _lose_connection(database_url, tx)
+            else:  # asyncpg learns of it during the statement
+                await _end_backend(database_url, tx.connection.get_server_pid())
+            for run in (tx.fetch, tx.fetchrow, tx.fetchval, tx.execute):
+                try:
+                    await run("SELECT 1")
+                except Exception as exc:  # kept, not raised: the rollback would map it
+                    raised.append(exc)
+    assert len(raised) == 4, raised
+    for error in raised:
+        assert isinstance(error, ApiError), repr(error)
+        assert error.code == "service_unavailable" and error.status == 503
+    _assert_unavailable(left)
+    assert await db.fetchval("SELECT 1") == 1
+
+
+async def test_a_tx_kept_after_its_transaction_is_a_bug(db: Database) -> None:
+    # "released back to the pool" is a lost connection only while the transaction
+    # is open; afterwards it is a Tx kept too long: a 500, as before.
+    async with db.transaction() as tx:
+        pass
+    with pytest.raises(asyncpg.exceptions.InterfaceError, match="released back to the pool"):
+        await tx.fetchval("SELECT 1")
+
+
+async def test_a_lost_connection_in_a_resolver_is_unavailable() -> None:
+    # However a resolver meets the loss (a raw connection, the job queue's), GraphQL
+    # and the registry answer service_unavailable, not a masked bug or internal_error.
+    @dataclass
+    class Failing:
+        raw: Exception
+
+        async def execute(self, context: Any, variables: Any) -> ExecutionResult:
+            return ExecutionResult(None, [GraphQLError("failed", path=["x"],
+                                                       original_error=self.raw)])
+
+    context = SimpleNamespace(request_id="test")
+    for raw in (asyncpg.exceptions.ConnectionDoesNotExistError("closed in the middle"),
+                asyncpg.exceptions.InterfaceError("connection is closed"),
+                asyncpg.exceptions.AdminShutdownError("terminating connection"),
+                ConnectionResetError()):
+        failing = Failing(raw)
+        errors = (await failing.execute(context, {})).errors
+        assert errors is not None
+        [shown] = reported(errors, context)
+        assert not is_unexpected(shown), raw
+        assert shown.extensions == {"type": "service_unavailable",
+                                    "code": "service_unavailable"}, raw
+        with pytest.raises(ApiError) as raised:
+            await registry.execute(cast(Plan, failing), "x", {}, cast(Context, context))
+        _assert_unavailable(raised)
+        assert raised.value.__cause__ is raw
+    # Anything else is still a bug: masked, and internal_error.
+    failing = Failing(ZeroDivisionError())
+    errors = (await failing.execute(context, {})).errors
+    assert errors is not None
+    [shown] = reported(errors, context)
+    assert shown.message == MASKED and not shown.extensions
+    with pytest.raises(ApiError) as raised:
+        await registry.execute(cast(Plan, failing), "x", {}, cast(Context, context))
+    assert raised.value.code == "internal_error"
+
+
+@pytest.mark.parametrize("seen", [True, False], ids=["seen-closed", "not-yet-seen"])
+@pytest.mark.parametrize("transport", ["rest", "graphql"])
+async def test_a_connection_lost_while_rendering_a_webhook_payload_is_503(
+    api: Api, live_server: LiveServer, make_user: Any, db: Database,
+    monkeypatch: pytest.MonkeyPatch, seen: bool, transport: str,
+) -> None:
+    """An RSVP to an event whose profile has a webhook endpoint renders the message's
+    `data` inside the RSVP's transaction, by a registry read on the transaction's own
+    connection. Its backend is ended as that render starts: the answer is 503
+    service_unavailable with Retry-After, and neither the RSVP nor its message is kept."""
+    owner, fan = await make_user(), await make_user()
+    profile = await new_profile(api, owner)
+    status, endpoint, _ = await api.post(
+        f"/v1/profiles/{profile['id']}/webhook-endpoints", owner,
+        json={"url": "https://hooks.invalid/kalends", "event_types": ["rsvp.created"]})
+    assert status == 201, endpoint
+    event = await new_event(api, owner, profile)
+
+    run = registry.execute
+    ended: list[int] = []
+
+    async def execute(plan: Any, name: str, variables: dict[str, Any], context: Any
+                      ) -> dict[str, Any]:
+        # On the live server's loop, inside the RSVP's transaction.
+        if name == "webhookRsvp" and variables.get("event_id") == event["id"] and not ended:
+            tx = context.services.db
+            assert isinstance(tx, Tx)
+            ended.append(tx.connection.get_server_pid())
+            if seen:
+                await _lose_connection(live_server.db.dsn or "", tx)
+            else:
+                await _end_backend(live_server.db.dsn or "", ended[0])
+        return await run(plan, name, variables, context)
+
+    monkeypatch.setattr(registry, "execute", execute)
+    if transport == "rest":
+        status, body, headers = await api.post(f"/v1/events/{event['id']}/rsvps", fan,
+                                               json={"status": "going"})
+        error = assert_error(status, body, 503, "service_unavailable")
+        assert error["type"] == "service_unavailable"
+        assert int(headers["Retry-After"]) >= 1
+    else:
+        status, body, _ = await api.post("/graphql", fan, json={
+            "query": "mutation($id: ID!) { create_event_rsvp(event_id: $id, "
+                     "input: {status: \"going\"}) { created } }",
+            "variables": {"id": event["id"]}})
+        assert status == 200, body
+        [error] = body["errors"]
+        assert error["extensions"] == {"type": "service_unavailable",
+                                       "code": "service_unavailable"}, body
+    assert ended, "the payload was not rendered"
+    assert await db.fetchval("SELECT count(*) FROM rsvps WHERE event_id = $1",
+                             event["id"]) == 0
+    assert await db.fetchval("SELECT count(*) FROM webhook_messages WHERE profile_id = $1",
+                             profile["id"]) == 0
+    # The service goes on: the same RSVP is taken once the connection is replaced.
+    monkeypatch.undo()
+    status, body, _ = await api.post(f"/v1/events/{event['id']}/rsvps", fan,
+                                     json={"status": "going"})
+    assert status == 201, body
+    assert await db.fetchval("SELECT count(*) FROM webhook_messages WHERE profile_id = $1",
+                             profile["id"]) == 1
+
+
 # ---------------------------------------------------------------------------
 # The postmaster SIGKILLed under concurrent writers, as operators run the service.
 
@@ -297,6 +441,7 @@ async def _kill_and_recover(pgdata: Path, writers: Writers, deadline: float, wha
     return killed_at, min(a.at for a in writers.answers if a.at > restarted_at and a.code is None)
 
 
+@pytest.mark.slow
 async def test_postmaster_killed_under_writers_answers_only_503(
     data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:

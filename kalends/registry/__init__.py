@@ -34,6 +34,7 @@ from graphql import (
 )
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from db.database import unavailable
 from graph.plan import Plan, Unsupported, compile_operation
 from kalends.errors import ApiError, internal_error
 from kalends.registry import narrow
@@ -335,13 +336,18 @@ def bind_flat(op: Operation, arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 async def execute(plan: Plan, name: str, variables: dict[str, Any], context: Context
                   ) -> dict[str, Any]:
-    """Run a compiled document; its data, or the `ApiError` a rule raised. Any
-    other error is logged and answered as `internal_error`."""
+    """Run a compiled document; its data, or the `ApiError` a rule raised, or
+    `service_unavailable` for a lost database connection, whatever connection a
+    resolver met it on. Any other error is logged and answered as `internal_error`."""
     result = await plan.execute(context, variables)
     if result.errors:
         for error in result.errors:
             if isinstance(error.original_error, ApiError):
                 raise error.original_error
+            if error.original_error is not None:
+                lost = unavailable(error.original_error)
+                if lost is not None:
+                    raise lost from error.original_error
         log.error(
             "operation failed", exc_info=result.errors[0].original_error or result.errors[0],
             extra={"operation": name, "request_id": context.request_id},
