@@ -55,7 +55,7 @@ from graphql.pyutils import is_awaitable
 from prometheus_client import Gauge
 
 from db import accounts
-from db.database import Database
+from db.database import Database, unavailable
 from graph import fanout
 from graph.documents import DOCUMENTS
 from graph.live import LiveContext
@@ -597,10 +597,15 @@ class _Connection:
             await self._stream(id_, context, root, start)
         except (ConnectionError, _Closed):
             pass  # the socket is gone: nobody to tell
-        except Exception:
-            log.exception("graphql subscription failed", extra={"request_id": context.request_id})
+        except Exception as exc:
+            lost = unavailable(exc)
+            if lost is None:
+                log.exception("graphql subscription failed",
+                              extra={"request_id": context.request_id})
+            payload = GraphQLError(lost.message, original_error=lost).formatted \
+                if lost is not None else {"message": MASKED}
             with contextlib.suppress(ConnectionError, _Closed):
-                await self._send({"id": id_, "type": "error", "payload": [{"message": MASKED}]})
+                await self._send({"id": id_, "type": "error", "payload": [payload]})
         finally:
             context.close()
             if self._running.get(id_) is asyncio.current_task():

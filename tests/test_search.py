@@ -200,11 +200,15 @@ async def test_any_text_is_answered_without_error(api: Any, user: Any, q: str) -
     await search(api, user, q)
 
 
-async def test_undecodable_query_strings_are_answered_without_error(
+async def test_undecodable_query_strings_are_refused_and_a_nul_is_a_separator(
     api: Any, user: Any
 ) -> None:
-    """Bytes that are not UTF-8 arrive as U+FFFD, an encoded NUL as a separator."""
-    for raw in ("%ED%A0%80", "%FF%FE", "%C0%80", "a%00b", "%"):
+    """Escapes that are not UTF-8 are `invalid_query_parameter` naming `q`
+    (docs/api-choices.md); an encoded NUL is a separator, a lone `%` is sent as `%25`."""
+    for raw in ("%ED%A0%80", "%FF%FE", "%C0%80"):
+        status, body, _ = await api.get(f"/v1/search?q={raw}", user)
+        assert_error(status, body, 400, "invalid_query_parameter", param="q")
+    for raw in ("a%00b", "%"):
         status, body, _ = await api.get(f"/v1/search?q={raw}", user)
         assert status == 200, body
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from db.database import unavailable
 from kalends import ratelimit
 from kalends.auth import KEY_PREFIX, Caller, Viewer, authenticate_key
 from kalends.errors import ApiError, internal_error
@@ -24,7 +25,7 @@ from kalends.service.services import (
     SETTINGS,
     VIEWER,
 )
-from kalends.web import metrics, reads
+from kalends.web import metrics, query, reads
 from kalends.web.draining import UNCOUNTED_PATHS
 from kalends.web.responses import error_response
 
@@ -146,6 +147,9 @@ async def error_envelopes(request: web.Request, handler: Handler) -> web.StreamR
             # aiohttp fails the body read of a client that went away: no answer can
             # reach it, and no fault of ours. request_context logs and counts it.
             return web.Response(status=CLIENT_CLOSED_REQUEST)
+        lost = unavailable(exc)  # a loss met outside Database and Tx: still a 503
+        if lost is not None:
+            return respond(request, lost)
         log.exception("unhandled error", extra={"request_id": request_id})
         return respond(request, internal_error())
 
@@ -166,8 +170,9 @@ def _from_http(exc: web.HTTPException) -> ApiError:
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Authenticate routes that take an API key, and charge every request to a
-    rate-limit bucket: the key's consumer, else the client address."""
+    """Authenticate routes that take an API key, charge every request to a
+    rate-limit bucket (the key's consumer, else the client address), and refuse
+    a query string that is not UTF-8 percent-encoding (kalends/web/query.py)."""
     routes = request.app.get(API_KEY_ROUTES, {})
     others = request.app.get(TOKEN_ROUTES, {})
     route = request.match_info.route
@@ -177,6 +182,8 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         request[VIEWER] = await _authenticate(request, others[route], defer_limit=True)
     elif request.path not in _UNLIMITED_PATHS and not await _charge_key(request):
         await _charge_address(request)
+    # Here, once, so that no transport reads a parameter aiohttp decoded leniently.
+    query.check(request)
     token = reads.begin()
     try:
         response = await handler(request)
