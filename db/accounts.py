@@ -14,7 +14,7 @@ from db.database import Database, Tx
 # credential so that read-your-writes costs no round trip.
 _WRITTEN = "(SELECT w.lsn::text FROM write_positions w WHERE w.user_id = c.user_id) AS written"
 
-_KEY_OWNER = f"""
+_OWNER_OF_KEY = f"""
     SELECT c.name AS consumer, c.user_id, u.email, u.timezone, {_WRITTEN}
     FROM api_keys k
     JOIN consumers c ON c.name = k.consumer_name
@@ -22,20 +22,41 @@ _KEY_OWNER = f"""
     WHERE k.key_hash = $1 AND k.revoked_at IS NULL
 """
 
+USED_EVERY_SECONDS = 60
+"""How stale a key's `last_used_at` may get: it is written at most this often."""
 
-def _charged(owner: str) -> str:
+# Part of the lookup's own statement, so that tracking use costs no round trip, and
+# only when the stored time is a minute old, so that a busy key costs no write per
+# request. SKIP LOCKED: a request never waits for the key's row (locked by a
+# revocation or a socket's reservation); a later one writes the time instead.
+# (A data-modifying WITH runs even though nothing reads its result, and must be at
+# the statement's top level: hence a CTE beside the lookup, not inside it.)
+_TOUCH = f"""touched AS (
+    UPDATE api_keys t SET last_used_at = now()
+    FROM (SELECT id FROM api_keys
+          WHERE key_hash = $1 AND revoked_at IS NULL
+            AND (last_used_at IS NULL
+                 OR last_used_at < now() - interval '{USED_EVERY_SECONDS} seconds')
+          FOR NO KEY UPDATE SKIP LOCKED) due
+    WHERE t.id = due.id
+)"""
+
+_KEY_OWNER = f"WITH {_TOUCH} {_OWNER_OF_KEY}"
+
+
+def _charged(owner: str, touch: str | None = None) -> str:
     """An owner lookup that also charges the consumer's rate-limit bucket in the
     same statement ($2 interval, $3 window): authentication and the limit cost
-    one round trip together."""
+    one round trip together. `touch`: a data-modifying CTE to run beside it."""
     return f"""
-    WITH owner AS ({owner}),
+    WITH {touch + "," if touch else ""} owner AS ({owner}),
     bucket AS ({ratelimits.upsert("SELECT 'consumer:' || consumer, now() + $2::interval, true"
                                   " FROM owner")})
     SELECT owner.*, bucket.allowed, bucket.ahead FROM owner LEFT JOIN bucket ON true
 """
 
 
-_KEY_OWNER_CHARGED = _charged(_KEY_OWNER)
+_KEY_OWNER_CHARGED = _charged(_OWNER_OF_KEY, _TOUCH)
 
 
 def _subject_owner(grant: str) -> str:
@@ -114,31 +135,65 @@ async def claim_consumer(db: Database | Tx, name: str, user_id: str) -> bool:
     return status.endswith(" 1")
 
 
-async def insert_key(db: Database | Tx, key_id: str, consumer_name: str, key_hash: bytes) -> None:
+async def insert_key(db: Database | Tx, key_id: str, consumer_name: str, key_hash: bytes,
+                     prefix: str) -> None:
     await db.execute(
-        "INSERT INTO api_keys (id, consumer_name, key_hash) VALUES ($1, $2, $3)",
-        key_id, consumer_name, key_hash,
+        "INSERT INTO api_keys (id, consumer_name, key_hash, prefix) VALUES ($1, $2, $3, $4)",
+        key_id, consumer_name, key_hash, prefix,
+    )
+
+
+async def keys_of_user(db: Database | Tx, user_id: str) -> list[asyncpg.Record]:
+    """The keys of every consumer the user has claimed, oldest first: what may be
+    shown of them (never the hash)."""
+    return await db.fetch(
+        """
+        SELECT k.id AS key_id, k.prefix, k.consumer_name AS consumer, k.created_at,
+               k.last_used_at, k.revoked_at
+        FROM consumers c JOIN api_keys k ON k.consumer_name = c.name
+        WHERE c.user_id = $1
+        ORDER BY k.created_at, k.id
+        """,
+        user_id,
     )
 
 
 KEYS_CHANNEL = "kalends_keys"
 """Where a revocation is announced, as it commits: the key's hash in hex (never the key)."""
 
+# `{column}`: how $1 names the key (its ID or its hash). `target` is the key's row
+# as it is once locked (so a revocation committed meanwhile is seen, and two at once
+# agree on the time); `revoked` is empty when the key was revoked already, which
+# then changes nothing and announces nothing. The outer query reads `notified`: a
+# CTE that modifies no table runs only when read.
+_REVOKE = """
+    WITH target AS MATERIALIZED (
+        SELECT id, revoked_at FROM api_keys WHERE {column} = $1 FOR NO KEY UPDATE
+    ),
+    revoked AS (
+        UPDATE api_keys k SET revoked_at = now() FROM target t
+        WHERE k.id = t.id AND t.revoked_at IS NULL RETURNING k.key_hash, k.revoked_at
+    ),
+    notified AS (SELECT count(pg_notify($2, encode(key_hash, 'hex'))) AS n FROM revoked)
+    SELECT t.id AS key_id, coalesce(r.revoked_at, t.revoked_at) AS revoked_at,
+           n.n AS notified
+    FROM target t CROSS JOIN notified n LEFT JOIN revoked r ON true
+"""
+_REVOKE_BY_HASH = _REVOKE.format(column="key_hash")
+_REVOKE_BY_ID = _REVOKE.format(column="id")
 
-async def revoke_key(db: Database | Tx, key_hash: bytes) -> bool:
+
+async def revoke_key(db: Database | Tx, key_hash: bytes) -> asyncpg.Record | None:
     """Revoke the key and, in the same statement (so only if and when it commits),
-    tell every process: their sockets opened with the key close (graph/ws.py)."""
-    revoked = await db.fetchval(
-        """
-        WITH revoked AS (
-            UPDATE api_keys SET revoked_at = now()
-            WHERE key_hash = $1 AND revoked_at IS NULL RETURNING key_hash
-        )
-        SELECT count(pg_notify($2, encode(key_hash, 'hex'))) FROM revoked
-        """,
-        key_hash, KEYS_CHANNEL,
-    )
-    return bool(revoked)
+    tell every process: their sockets opened with the key close (graph/ws.py).
+    Its `key_id` and `revoked_at` (as before, if it was revoked already); None if
+    there is no such key."""
+    return await db.fetchrow(_REVOKE_BY_HASH, key_hash, KEYS_CHANNEL)
+
+
+async def revoke_key_id(db: Database | Tx, key_id: str) -> asyncpg.Record | None:
+    """`revoke_key` for the key with this ID."""
+    return await db.fetchrow(_REVOKE_BY_ID, key_id, KEYS_CHANNEL)
 
 
 # -- live sockets per key (graph/ws.py, migration 0024) ------------------------------

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 import zoneinfo
+from datetime import datetime
 from typing import Any
 
 import asyncpg
 
 from db import accounts, calendars, organizations
-from db.database import Database
-from kalends import ids
-from kalends.auth import hash_key, new_key
+from db.database import Database, Tx
+from kalends import ids, times
+from kalends.auth import KEY_PREFIX, hash_key, new_key
 from kalends.errors import AdminError
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -23,6 +24,9 @@ _HANDLE = re.compile(r"^[A-Za-z0-9_.-]{3,64}$")
 CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 """Contract §6; the database checks the same pattern."""
 ROLES = ("owner", "admin", "member")
+_SHOWN_KEY_CHARACTERS = len(KEY_PREFIX) + 6
+"""How much of a key `list-keys` shows (its `prefix`): enough to tell a user's keys
+apart, a small part of its 256 random bits (36); the database checks the shape."""
 
 
 def _check_email(email: str) -> str:
@@ -41,6 +45,15 @@ def _check_timezone(tz: str | None) -> str | None:
     return tz
 
 
+async def _add_key(db: Database | Tx, consumer: str) -> str:
+    """A new key for the consumer: stored as its hash and its first characters, and
+    returned, to be shown this once."""
+    key, key_hash = new_key()
+    await accounts.insert_key(db, ids.new_id("key"), consumer, key_hash,
+                              key[:_SHOWN_KEY_CHARACTERS])
+    return key
+
+
 def _consumer_name_for(email: str) -> str:
     local = re.sub(r"[^A-Za-z0-9_-]", "-", email.split("@", 1)[0])[:90]
     return f"{local}-{ids.new_id('usr')[-8:]}"
@@ -53,7 +66,6 @@ async def create_user(
     timezone = _check_timezone(timezone)
     user_id, org_id, cal_id = ids.new_id("usr"), ids.new_id("org"), ids.new_id("cal")
     consumer = _consumer_name_for(email)
-    key, key_hash = new_key()
     try:
         async with db.transaction() as tx:
             await accounts.insert_user(tx, user_id, email, name, timezone)
@@ -61,7 +73,7 @@ async def create_user(
             await organizations.add_member(tx, org_id, user_id, "owner", is_default=True)
             await calendars.insert(tx, cal_id, user_id, "Personal", is_default=True)
             await accounts.insert_consumer(tx, consumer, user_id)
-            await accounts.insert_key(tx, ids.new_id("key"), consumer, key_hash)
+            key = await _add_key(tx, consumer)
     except asyncpg.UniqueViolationError as exc:
         raise AdminError(f"a user with email {email!r} already exists") from exc
     return {
@@ -86,19 +98,16 @@ async def create_key(db: Database, email: str) -> dict[str, Any]:
         await accounts.insert_consumer(db, name, user["id"])
     else:
         name = consumer["name"]
-    key, key_hash = new_key()
-    await accounts.insert_key(db, ids.new_id("key"), name, key_hash)
-    return {"consumer": name, "api_key": key}
+    return {"consumer": name, "api_key": await _add_key(db, name)}
 
 
 async def create_consumer(db: Database, name: str) -> dict[str, Any]:
     if not CONSUMER_NAME.match(name):
         raise AdminError("a consumer name is 1 to 128 letters, digits, '_' or '-'")
-    key, key_hash = new_key()
     try:
         async with db.transaction() as tx:
             await accounts.insert_consumer(tx, name, None)
-            await accounts.insert_key(tx, ids.new_id("key"), name, key_hash)
+            key = await _add_key(tx, name)
     except asyncpg.UniqueViolationError as exc:
         raise AdminError(f"consumer {name!r} already exists") from exc
     return {"consumer": name, "api_key": key}
@@ -157,9 +166,52 @@ async def create_calendar(db: Database, email: str, name: str) -> dict[str, Any]
     return {"calendar_id": cal_id}
 
 
-async def revoke_key(db: Database, api_key: str) -> dict[str, Any]:
-    """Revoke the key. Its commit also tells every serve process, which closes the
-    key's GraphQL sockets with 4403 (graph/ws.py, contract §14)."""
-    if not await accounts.revoke_key(db, hash_key(api_key)):
-        raise AdminError("no active API key matches")
-    return {"revoked": True}
+async def list_keys(db: Database, email: str) -> dict[str, Any]:
+    """The keys of the user's consumers, oldest first: what identifies each one,
+    never the key or its hash (`prefix`: None for a key made before it was kept)."""
+    user = await find_user(db, email)
+    return {"keys": [_shown_key(row) for row in await accounts.keys_of_user(db, user["id"])]}
+
+
+def _shown_key(row: asyncpg.Record) -> dict[str, Any]:
+    return {
+        "key_id": row["key_id"], "prefix": row["prefix"], "consumer": row["consumer"],
+        "created_at": times.utc_text(row["created_at"]),
+        "last_used_at": _utc_or_none(row["last_used_at"]),
+        "revoked_at": _utc_or_none(row["revoked_at"]),
+    }
+
+
+def _utc_or_none(instant: datetime | None) -> str | None:
+    return None if instant is None else times.utc_text(instant)
+
+
+async def revoke_key(db: Database, key_id: str | None = None, api_key: str | None = None
+                     ) -> dict[str, Any]:
+    """Revoke the key named by its ID (as `list_keys` shows it) or by the key itself;
+    a key revoked already stays as it was, with the time it was revoked. The commit
+    also tells every serve process, which closes the key's GraphQL sockets with 4403
+    (graph/ws.py; docs/graphql.md)."""
+    if key_id is not None:
+        row = await _revoke_by_id(db, key_id)
+    else:
+        row = await _revoke_by_key(db, api_key)
+    return {"key_id": row["key_id"], "revoked_at": times.utc_text(row["revoked_at"])}
+
+
+async def _revoke_by_id(db: Database, key_id: str) -> asyncpg.Record:
+    if not ids.is_valid("key", key_id):
+        raise AdminError(f"--key-id {key_id!r} is not a key_ ID")
+    row = await accounts.revoke_key_id(db, key_id.lower())
+    if row is None:
+        raise AdminError(f"no API key {key_id.lower()}")
+    return row
+
+
+async def _revoke_by_key(db: Database, api_key: str | None) -> asyncpg.Record:
+    if not api_key:
+        raise AdminError("no API key given")
+    row = await accounts.revoke_key(db, hash_key(api_key))
+    if row is None:
+        raise AdminError("no API key matches")
+    return row

@@ -9,6 +9,7 @@ print no JSON object on stdout and leave every account table as it was.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.metadata
 import os
 import re
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -26,6 +28,8 @@ import orjson
 import pytest
 from conftest import User, assert_error
 from processes import free_port
+
+from kalends.auth import hash_key
 
 ROOT = Path(__file__).resolve().parents[1]
 ID = re.compile(r"^(?P<prefix>[a-z]+)_[0-9a-f]{32}$")
@@ -45,11 +49,13 @@ def _command(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "kalends", "admin", *args]
 
 
-def run_admin(database_url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+def run_admin(database_url: str, *args: str, stdin: bytes | None = None
+              ) -> subprocess.CompletedProcess[bytes]:
+    """`stdin`: what the command reads on standard input (default: the test's own)."""
     # cwd=ROOT: the repository's own packages, as `python -m kalends` finds them there.
     return subprocess.run(
         _command(args), env=_env(database_url), cwd=ROOT, capture_output=True,
-        timeout=CLI_TIMEOUT, check=False,
+        timeout=CLI_TIMEOUT, check=False, input=stdin,
     )
 
 
@@ -345,6 +351,12 @@ async def test_bad_input_exits_non_zero_and_changes_nothing(
          "--role", "member"),
         ("create-calendar", "--email", unknown, "--name", "Ghost"),
         ("create-calendar", "--email", me, "--name", "   "),
+        ("list-keys", "--email", unknown),
+        ("revoke-key", "--key-id", "key_" + "0" * 32),  # no such key
+        ("revoke-key", "--key-id", "not-a-key-id"),
+        ("revoke-key", "--api-key", "kal_" + secrets.token_urlsafe(32)),  # no such key
+        ("revoke-key",),  # which key?
+        ("revoke-key", "--key-id", "key_" + "0" * 32, "--api-key", cli_user["api_key"]),
     ]
     before = await snapshot(database_url)
     results = run_many(database_url, cases)
@@ -364,6 +376,182 @@ async def test_bad_input_exits_non_zero_and_changes_nothing(
     assert [o["id"] for o in orgs.values() if o["is_default"]] == [cli_user["organization_id"]]
     assert orgs[cli_user["organization_id"]]["role"] == "owner"
     assert org not in orgs  # no membership was added by the failed calls
+
+
+# ---------------------------------------------------------------------------
+# API keys: listed, and revoked, without the key on the command line.
+
+LISTED_KEY = {"key_id", "prefix", "consumer", "created_at", "last_used_at", "revoked_at"}
+REVOKED = {"key_id", "revoked_at"}
+UTC_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+
+
+def listed_keys(database_url: str, address: str) -> list[dict[str, Any]]:
+    """`list-keys --email`: each key's fields, its ID and its timestamps as RFC 3339 UTC."""
+    proc = run_admin(database_url, "list-keys", "--email", address)
+    keys: list[dict[str, Any]] = one_object(proc, {"keys"})["keys"]
+    for key in keys:
+        assert set(key) == LISTED_KEY, key
+        assert is_id(key["key_id"], "key"), key
+        assert UTC_TEXT.match(key["created_at"]), key
+        for field in ("last_used_at", "revoked_at"):
+            assert key[field] is None or UTC_TEXT.match(key[field]), key
+    return keys
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+async def set_last_used(database_url: str, key: str, ago: timedelta) -> datetime:
+    """Make the key last used `ago` before now (whole seconds, as listed)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        value: datetime = await conn.fetchval(
+            "UPDATE api_keys SET last_used_at = date_trunc('second', now() - $2::interval)"
+            " WHERE key_hash = $1 RETURNING last_used_at", hash_key(key), ago)
+    finally:
+        await conn.close()
+    return value
+
+
+def last_used(database_url: str, address: str) -> str | None:
+    [key] = listed_keys(database_url, address)
+    used: str | None = key["last_used_at"]
+    return used
+
+
+async def test_list_keys_shows_every_key_of_the_user_and_no_secret(database_url: str) -> None:
+    address = email("keys")
+    created = one_object(run_admin(database_url, "create-user", "--email", address),
+                         CREATE_USER_KEYS)
+    made = [created["api_key"]]
+    for _ in range(2):  # one after the other: their order is their creation's
+        made.append(one_object(run_admin(database_url, "create-key", "--email", address),
+                               KEY_KEYS)["api_key"])
+    # A consumer of the user's own, claimed: its keys are theirs too.
+    service = "svc_" + secrets.token_hex(5)
+    made.append(one_object(run_admin(database_url, "create-consumer", "--name", service),
+                           KEY_KEYS)["api_key"])
+    one_object(run_admin(database_url, "claim-consumer", "--name", service, "--email", address),
+               {"consumer", "email"})
+
+    proc = run_admin(database_url, "list-keys", "--email", address.upper())
+    keys = listed_keys(database_url, address)
+    assert orjson.loads(proc.stdout)["keys"] == keys
+    assert [k["consumer"] for k in keys] == [created["consumer"]] * 3 + [service]
+    assert len({k["key_id"] for k in keys}) == 4
+    # The first characters of each key, never more: never the key, never its hash.
+    for key, shown in zip(made, keys, strict=True):
+        assert shown["prefix"].startswith("kal_") and 8 <= len(shown["prefix"]) <= 12, shown
+        assert key.startswith(shown["prefix"]), (key, shown)
+        assert key.encode() not in proc.stdout
+        assert hash_key(key).hex().encode() not in proc.stdout
+    created_at = [at(k["created_at"]) for k in keys]
+    assert created_at == sorted(created_at)
+    assert all(k["last_used_at"] is None and k["revoked_at"] is None for k in keys), keys
+
+
+async def test_last_used_at_is_written_at_most_once_a_minute(
+    database_url: str, live_server: Any, api: Any
+) -> None:
+    from db import accounts as store
+
+    address = email("used")
+    created = one_object(run_admin(database_url, "create-user", "--email", address),
+                         CREATE_USER_KEYS)
+    user = as_user(created)
+    assert last_used(database_url, address) is None
+
+    before = datetime.now(UTC).replace(microsecond=0)
+    status, body, _ = await api.get("/v1/profiles", user)
+    assert status == 200, body
+    first = last_used(database_url, address)
+    assert first is not None and before <= at(first) <= datetime.now(UTC), first
+
+    # Used again within the minute: not written again.
+    recent = await set_last_used(database_url, user.api_key, timedelta(seconds=30))
+    assert (await api.get("/v1/profiles", user))[0] == 200
+    assert at(last_used(database_url, address) or "") == recent
+    # A minute later it is.
+    stale = await set_last_used(database_url, user.api_key, timedelta(minutes=2))
+    assert (await api.get("/v1/profiles", user))[0] == 200
+    assert at(last_used(database_url, address) or "") > stale
+    # The lookup without a rate-limit charge (KALENDS_RATE_LIMIT=off) writes it too.
+    stale = await set_last_used(database_url, user.api_key, timedelta(minutes=2))
+    assert live_server.call(store.key_owner(live_server.db, hash_key(user.api_key)))
+    assert at(last_used(database_url, address) or "") > stale
+
+    # The key's row locked by someone else (a revocation, a GraphQL socket's reservation):
+    # the request does not wait for it, and the write is left for a later one.
+    stale = await set_last_used(database_url, user.api_key, timedelta(minutes=2))
+    conn = await asyncpg.connect(database_url)
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT 1 FROM api_keys WHERE key_hash = $1 FOR NO KEY UPDATE",
+                               hash_key(user.api_key))
+            status, body, _ = await asyncio.wait_for(api.get("/v1/profiles", user), 10)
+            assert status == 200, body
+    finally:
+        await conn.close()
+    assert at(last_used(database_url, address) or "") == stale
+
+
+async def test_revoke_key_by_id_or_from_stdin(database_url: str, api: Any) -> None:
+    address = email("revoke")
+    created = one_object(run_admin(database_url, "create-user", "--email", address),
+                         CREATE_USER_KEYS)
+    made = [created["api_key"]] + [
+        one_object(run_admin(database_url, "create-key", "--email", address),
+                   KEY_KEYS)["api_key"] for _ in range(2)]
+    first, by_id, by_stdin = made
+    ids = [k["key_id"] for k in listed_keys(database_url, address)]
+
+    # By ID (matched case-insensitively), as list-keys shows it.
+    revoked = one_object(run_admin(database_url, "revoke-key", "--key-id", ids[1].upper()),
+                         REVOKED)
+    assert revoked["key_id"] == ids[1] and UTC_TEXT.match(revoked["revoked_at"]), revoked
+    status, body, _ = await api.get("/v1/profiles", as_user(created, by_id))
+    assert_error(status, body, 401, "not_authenticated")
+    assert (await api.get("/v1/profiles", as_user(created, first)))[0] == 200
+    # Again: nothing changes, and it says when it was revoked.
+    assert one_object(run_admin(database_url, "revoke-key", "--key-id", ids[1]),
+                      REVOKED) == revoked
+
+    # The key itself, read from standard input.
+    from_stdin = one_object(run_admin(database_url, "revoke-key", "--api-key", "-",
+                                      stdin=by_stdin.encode() + b"\n"), REVOKED)
+    assert from_stdin["key_id"] == ids[2], from_stdin
+    status, body, _ = await api.get("/v1/profiles", as_user(created, by_stdin))
+    assert_error(status, body, 401, "not_authenticated")
+    assert one_object(run_admin(database_url, "revoke-key", "--api-key", "-",
+                                stdin=by_stdin.encode()), REVOKED) == from_stdin
+    # And still on the command line, for scripts written before.
+    on_line = one_object(run_admin(database_url, "revoke-key", "--api-key", first), REVOKED)
+    assert on_line["key_id"] == ids[0], on_line
+    status, body, _ = await api.get("/v1/profiles", as_user(created, first))
+    assert_error(status, body, 401, "not_authenticated")
+
+    keys = listed_keys(database_url, address)
+    assert [k["revoked_at"] for k in keys] == [
+        on_line["revoked_at"], revoked["revoked_at"], from_stdin["revoked_at"]]
+
+
+def test_revoke_key_refusals_are_json_errors(database_url: str) -> None:
+    unknown = "key_" + secrets.token_hex(16)
+    cases = {
+        (("revoke-key", "--key-id", unknown), None): unknown,
+        (("revoke-key", "--key-id", "nope"), None): "--key-id",
+        (("revoke-key", "--api-key", "-"), b""): "standard input",
+        (("revoke-key", "--api-key", "-"), b"kal_unknown\n"): "no API key",
+        (("list-keys", "--email", email("nobody")), None): "no user",
+    }
+    for (args, stdin), words in cases.items():
+        proc = run_admin(database_url, *args, stdin=stdin)
+        no_object(proc)
+        assert proc.returncode == 1, (args, proc.stderr)
+        error = orjson.loads(proc.stderr)
+        assert set(error) == {"error"} and words in error["error"], (args, error)
 
 
 async def _claimed_consumer(db: Any, name: str, owner_email: str) -> dict[str, Any]:

@@ -78,6 +78,8 @@ def _database(url: str | None, *, keep: bool = False) -> Iterator[str]:
 
 # Seconds DATABASE_URL gets to answer before a command gives up on it.
 _CONNECT_TIMEOUT = 15
+MIN_SERVER = 15
+"""The oldest PostgreSQL major version Kalends runs on (and restores backups to)."""
 
 
 async def _reach(url: str) -> None:
@@ -102,7 +104,11 @@ async def _reach(url: str) -> None:
         # password), not name the problem.
         raise _CannotStart("invalid configuration: DATABASE_URL is not valid: a port in it "
                            "(or in PGPORT) is not a number") from None
+    version = connection.get_server_version()
     await connection.close()
+    if version.major < MIN_SERVER:  # docs/operations.md: the servers Kalends supports
+        raise _CannotStart(f"the database at {_where(url)} (DATABASE_URL) runs PostgreSQL "
+                           f"{version.major}; Kalends needs {MIN_SERVER} or later")
 
 
 def _where(url: str) -> str:
@@ -606,10 +612,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--email", required=True, help=_EMAIL)
     p.set_defaults(func=_admin(lambda db, a: accounts.create_key(db, a.email)))
 
+    p = _command(asub, "list-keys", "list a user's API keys, oldest first: ID, first "
+                 "characters, consumer, created, last used, revoked (never the key)")
+    p.add_argument("--email", required=True, help=_EMAIL)
+    p.set_defaults(func=_admin(lambda db, a: accounts.list_keys(db, a.email)))
+
     p = _command(asub, "revoke-key", "revoke an API key: requests with it are refused from "
-                 "now on")
-    p.add_argument("--api-key", required=True, help="the key to revoke")
-    p.set_defaults(func=_admin(lambda db, a: accounts.revoke_key(db, a.api_key)))
+                 "now on (one revoked already stays as it was)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--key-id", metavar="KEY_ID", help="the key's ID, key_... as "
+                       "list-keys shows it (default: none; give this or --api-key)")
+    which.add_argument("--api-key", metavar="KEY", help="the key itself; '-' reads it from "
+                       "stdin, keeping it off the command line, where other users' `ps` "
+                       "shows it (default: none; give this or --key-id)")
+    p.set_defaults(func=_admin(lambda db, a: accounts.revoke_key(
+        db, key_id=a.key_id, api_key=_key_given(a.api_key))))
 
     p = _command(asub, "create-consumer", "create an unclaimed consumer and its API key "
                  "(unusable until claimed)")
@@ -696,12 +713,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_secret() -> str:
+def _read_secret(prompt: str = "secret: ") -> str:
     """The secret from standard input, never from the command line (where other
     users' `ps` would show it): typed at a prompt without echo, or piped."""
     if sys.stdin.isatty():
-        return getpass.getpass("secret: ").strip()
+        return getpass.getpass(prompt).strip()
     return sys.stdin.readline().strip()
+
+
+def _key_given(api_key: str | None) -> str | None:
+    """`--api-key`'s key: read from standard input for `-`."""
+    if api_key != "-":
+        return api_key
+    key = _read_secret("API key: ")
+    if not key:
+        raise AdminError("no API key on standard input (--api-key -)")
+    return key
 
 
 def main(argv: list[str] | None = None) -> int:
