@@ -16,9 +16,15 @@ second (the median over rounds):
   hash alone), and cold (a document never seen: parsed and validated, run by
   graphql-core; it is compiled when it comes again).
 
-`--baseline DIR`: another checkout of Kalends (e.g. `git worktree add DIR
-<commit>`), served as a third process on the same database and measured in
-the same rounds (A0), for before/after figures from one run.
+`--baseline REV`: a commit (made into a temporary `git worktree`, removed after)
+or another checkout's directory, served as a third process on the same database
+and measured in the same rounds (A0), for before/after figures from one run:
+run it with the commit before a change to the request path, so the next slip
+shows before it lands (bench/README.md).
+
+With two or more cores, the servers (Kalends, the baseline, the hand-written
+handler) share core 1 and this load generator runs on core 0, so that the client's
+own work does not compete with what is measured (PostgreSQL runs where it may).
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import os
 import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +116,35 @@ async def _start_baseline(dsn: str, tree: Path) -> tuple[subprocess.Popen[bytes]
     return await _started(f"the baseline in {tree}", lambda port: subprocess.Popen(
         [sys.executable, "-m", "kalends", "serve", "--port", str(port)], cwd=tree, env=env),
         "/readyz", (200,))
+
+
+@contextlib.contextmanager
+def _checkout(baseline: str) -> Iterator[Path]:
+    """`baseline` itself when it is a directory, else a temporary worktree of that
+    commit, removed afterwards."""
+    if Path(baseline).is_dir():
+        yield Path(baseline).resolve()
+        return
+    repo = Path(__file__).resolve().parent.parent
+    tree = Path(tempfile.mkdtemp(prefix="kalends-baseline-"))
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "--force",
+                    str(tree), baseline], check=True, capture_output=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
+                       check=False, capture_output=True)
+
+
+def _pin(*pids: int) -> bool:
+    """The servers on core 1 and this process on core 0, where there are two cores."""
+    if (os.cpu_count() or 1) < 2 or not hasattr(os, "sched_setaffinity"):
+        return False
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():  # every thread, as taskset -a
+            os.sched_setaffinity(int(task.name), {1})
+    os.sched_setaffinity(0, {0})
+    return True
 
 
 @dataclass(frozen=True)
@@ -187,10 +224,15 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
         process, other = await _start_handwritten(dsn)
         stack.callback(_stop, process)
         services = [("A kalends", url)]
+        pids = [int(harness._SERVICE["pid"]), process.pid]
         if args.baseline:
-            baseline, before = await _start_baseline(dsn, Path(args.baseline).resolve())
+            tree = stack.enter_context(_checkout(args.baseline))
+            baseline, before = await _start_baseline(dsn, tree)
             stack.callback(_stop, baseline)
-            services.append(("A0 baseline", before))
+            services.append((f"A0 {args.baseline}", before))
+            pids.append(baseline.pid)
+        if _pin(*pids):
+            print("servers pinned to core 1, the load generator to core 0", flush=True)
         for leg in legs:
             if leg.body_for is None:
                 await _same_bodies(session, url, other, leg.path_for(0))
@@ -245,7 +287,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def main() -> int:
     args = harness.options(__doc__ or "", {"events": (150, "events to seed"),
                                            "rounds": (2, "A B rounds")},
-                           baseline=(None, "another Kalends checkout, measured as A0"))
+                           baseline=(None, "a commit or another Kalends checkout, measured "
+                                           "as A0"))
     return harness.run(_benchmark, args, f"{args.events} events, {args.rounds} rounds")
 
 
