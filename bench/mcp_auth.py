@@ -28,8 +28,9 @@ _CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
         "io.modelcontextprotocol/clientCapabilities": {}}}}
+# listOrganizations is in the organizations toolset, not the core one listed by default.
 _HEADERS = {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call",
-            "Mcp-Name": "listOrganizations"}
+            "Mcp-Name": "listOrganizations", "X-MCP-Toolsets": "organizations"}
 
 
 async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Namespace

@@ -1,4 +1,4 @@
-"""What an agent pays in context over MCP (contract §8): a scripted session of typical
+"""What an agent pays in context over MCP (docs/mcp.md, "Results"): a scripted session of typical
 tasks with and without `fields`, and `listEvents` 100 with and without them, A B A B.
 
     python bench/mcp_context.py [--events 100] [--rounds 2] [--requests 200] [--warmup 20]
@@ -36,7 +36,7 @@ import harness
 import orjson
 from harness import Result
 
-MCP = "/mcp-developer"
+MCP = "/mcp-developer?toolsets=all"  # the session calls profiles' tools, not only core's
 MODERN = "2026-07-28"
 BYTES_PER_TOKEN = 4  # characters per token, as an estimate
 
@@ -57,7 +57,7 @@ async def _call(session: aiohttp.ClientSession, url: str, name: str,
         raise RuntimeError(f"tools/call {name} answered {response.status}: {answer}")
     result = answer["result"]
     if result.get("isError"):
-        raise RuntimeError(f"tools/call {name}: {result['structuredContent']}")
+        raise RuntimeError(f"tools/call {name}: {result['content'][0]['text']}")
     text = sum(len(b["text"]) for b in result["content"] if b["type"] == "text")
     return result["structuredContent"], text + len(
         orjson.dumps(result["structuredContent"]).decode())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import asyncpg
 import strawberry
 
@@ -13,7 +15,7 @@ from graph.dataloaders import reload
 from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.scalars import Timestamp
-from graph.types import Page
+from graph.types import LOCAL_END, LOCAL_START, Page, on_its_clock
 from kalends import calendars as domain
 from kalends import ids
 
@@ -69,6 +71,14 @@ class CalendarEvent:
     created_at: Timestamp
     updated_at: Timestamp
     transparency: str = strawberry.field(description="opaque (busy) or transparent (free).")
+
+    @strawberry.field(description=LOCAL_START)
+    def local_start_time(self) -> dt.datetime | None:
+        return on_its_clock(self.start_time, self.start_timezone, self.is_all_day)
+
+    @strawberry.field(description=LOCAL_END)
+    def local_end_time(self) -> dt.datetime | None:
+        return on_its_clock(self.end_time, self.end_timezone, self.is_all_day)
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> CalendarEvent:

@@ -15,6 +15,7 @@ from db.database import unavailable
 from graph import limits
 from graph.agenda import AgendaQueries
 from graph.calendars import CalendarMutations, CalendarQueries
+from graph.caller import CallerQueries
 from graph.events import EventMutations, EventQueries
 from graph.external_calendars import ExternalCalendarQueries
 from graph.follows import FollowMutations, FollowQueries
@@ -34,7 +35,7 @@ from kalends.errors import ApiError
 @strawberry.type
 class Query(OrganizationQueries, ProfileQueries, EventQueries, SeriesQueries, RsvpQueries,
             FollowQueries, CalendarQueries, ExternalCalendarQueries, SubscriptionQueries,
-            AgendaQueries, FreeBusyQueries, SearchQueries, WebhookQueries):
+            AgendaQueries, FreeBusyQueries, SearchQueries, WebhookQueries, CallerQueries):
     pass
 
 

@@ -1,10 +1,10 @@
-"""MCP over Streamable HTTP: the registry's operations as tools (contract §8).
+"""MCP over Streamable HTTP: the registry's operations as tools (docs/mcp.md).
 
 POST /mcp-developer authenticates with an API key; POST /mcp with an OAuth
-access token (contract §10, kalends/oauth). Both speak the stateless
-2026-07-28 protocol and the handshake versions 2025-11-25, 2025-06-18 and
-2025-03-26, and list the same tools; a request may narrow them to toolsets
-(mcp_bridge/toolsets.py).
+access token (docs/mcp.md, "MCP clients and OAuth"; kalends/oauth). Both speak
+the stateless 2026-07-28 protocol and the handshake versions 2025-11-25,
+2025-06-18 and 2025-03-26, and list the same tools: the core toolset unless a
+request names others (mcp_bridge/toolsets.py).
 """
 
 from __future__ import annotations

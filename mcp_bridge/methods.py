@@ -29,17 +29,20 @@ SERVER_INFO = {"name": "kalends", "title": "Kalends", "version": _version()}
 # No listChanged: the tool list changes only with a deploy, which ttlMs covers.
 CAPABILITIES: dict[str, Any] = {"tools": {"listChanged": False}}
 INSTRUCTIONS = (
-    "Kalends is a scheduling API. Each tool is one API operation and takes one flat object "
-    "of path parameters, query parameters and body fields. IDs are prefixed (prf_, evt_, "
-    "ser_, cal_, ...): pass them exactly as a previous result gave them. List tools return "
-    "{data, has_more, next_cursor}; while has_more is true, call again with "
-    "cursor=next_cursor. A failed call is an isError result whose structuredContent is "
-    "{error: {type, code, message, param?, request_id}}: act on code and param. "
-    "To spend less context, ask for less: tools that answer a resource or a page of them "
-    "take `fields` (e.g. [\"title\", \"start_time\"]: only those and id), and list tools "
-    "a smaller `limit`. A result holds at most 100,000 characters: a page past it ends early "
-    "(has_more true, next_cursor resumes right after its last item)."
+    "Kalends is a scheduling API: each tool is one operation, taking one flat object of "
+    "path, query and body arguments.",
+    "Times: start_time and end_time are UTC; local_start_time and local_end_time are the "
+    "same instants in the item's own zone. Send local times with their zone "
+    "(start_time 2026-03-08T19:30, start_timezone Europe/Paris).",
+    "IDs are prefixed (evt_, cal_, prf_, ...): pass them exactly as given. Lists answer "
+    "{data, has_more, next_cursor}: while has_more, call again with cursor=next_cursor. "
+    "`fields` and `limit` ask for less; a result holds at most 100,000 characters.",
+    "A failed call is an isError result whose text is {\"error\": {code, message, "
+    "param}}: act on code and param.",
 )
+"""The instructions' lines, the toolsets' (toolsets.describe) after them."""
+_START = ("Call getContext first: the date and time in the user's zone, their calendars, "
+          "profiles and organizations, in one call.")
 # caching.mdx: the tool list is the same for every caller; it changes only on deploy.
 _CACHE_HINTS: dict[str, Any] = {"ttlMs": 300_000, "cacheScope": "public"}
 
@@ -98,7 +101,9 @@ async def _initialize(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _instructions(ctx: Context) -> str:
-    return f"{INSTRUCTIONS} {ctx.catalogue.toolsets_note}"
+    # Only a tool this request may call is named.
+    start = (_START,) if "getContext" in ctx.catalogue.names else ()
+    return "\n".join((INSTRUCTIONS[0], *start, *INSTRUCTIONS[1:], ctx.catalogue.toolsets_note))
 
 
 async def _ping(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:

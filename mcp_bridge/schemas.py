@@ -1,8 +1,8 @@
 """Tool schemas as an agent host loads them: the registry's, each thing said once.
 
-Every rewrite here leaves what a schema accepts and refuses unchanged, and every
-property, type, enum, format, pattern, bound, required list and description in
-place (tests/test_mcp_toolsets.py checks both, tool by tool):
+`compact` leaves what a schema accepts and refuses unchanged, and every property,
+type, enum, format, pattern, bound, required list and description in place
+(tests/test_mcp_toolsets.py checks both, tool by tool):
 
 - A definition (pydantic's `$defs` for a nested model) referred to once is put
   where it is referred to, and one referred to nowhere goes.
@@ -17,6 +17,13 @@ place (tests/test_mcp_toolsets.py checks both, tool by tool):
   `{"$ref": "#/$defs/..."}` with no sibling keywords (hosts that inline
   references naively lose nothing). References stay inside their own schema:
   each tool's schemas are self-contained.
+
+`without_patterns` takes the input schemas' regular expressions out: each restates
+what its description or format says (an ID's prefix, `YYYY-MM-DD`, an absolute URL,
+the values of a list; an ID that nothing describes gets "A prf_ ID."), they were a
+quarter of what tools/list said, and the server checks each argument all the same,
+its error naming the argument and the shape it takes. So a listed input schema
+accepts all that the registry's does.
 
 The registry's schemas themselves are not touched (OpenAPI is built from them).
 """
@@ -56,6 +63,9 @@ _MAP = ("properties", "patternProperties", "dependentSchemas", "$defs")
 _MIN_SIZE = 96
 _MIN_SAVING = 64
 _DEF_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+# kalends.ids' patterns: `^[pP][rR][fF]_[0-9a-fA-F]{32}$` is a prf_ ID.
+_ID_PATTERN = re.compile(r"\^((?:\[[a-z][A-Z]\])+)_\[0-9a-fA-F\]\{32\}\$")
+_LETTER = re.compile(r"\[([a-z])[A-Z]\]")
 
 
 def compact(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -65,6 +75,41 @@ def compact(schema: Mapping[str, Any]) -> dict[str, Any]:
     _tidy(out)
     _share_repeats(out)
     return out
+
+
+def without_patterns(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `schema` with no `pattern` keyword; `schema` is left as it was."""
+    out = copy.deepcopy(dict(schema))
+    _drop_patterns(out)
+    return out
+
+
+def untitled(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of an output schema without the titles that name the GraphQL types
+    (OpenAPI's components): annotations that tell an agent nothing."""
+    out = copy.deepcopy(dict(schema))
+    _drop_titles(out)
+    return out
+
+
+def _drop_titles(node: dict[str, Any]) -> None:
+    if isinstance(node.get("title"), str):
+        del node["title"]
+    for child, _ in _subschemas(node):
+        _drop_titles(child)
+
+
+def _drop_patterns(node: dict[str, Any]) -> None:
+    pattern = node.get("pattern")
+    if isinstance(pattern, str):
+        del node["pattern"]
+        found = _ID_PATTERN.fullmatch(pattern)
+        if found is not None and "description" not in node:
+            # An ID nothing describes: say its prefix, which is all its pattern said.
+            prefix = "".join(_LETTER.findall(found[1]))
+            node["description"] = f"{'An' if prefix[0] in 'aeiou' else 'A'} {prefix}_ ID."
+    for child, _ in _subschemas(node):
+        _drop_patterns(child)
 
 
 def _inline_single_uses(root: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
-"""The tool surface: one tool per registry operation, listed in pages, called flat,
-narrowed to a request's toolsets (toolsets.py)."""
+"""The tool surface: one tool per registry operation, listed in pages, called flat
+(arguments.py), narrowed to a request's toolsets (toolsets.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from multidict import MultiMapping
 from kalends import registry
 from kalends.errors import ApiError, internal_error
 from kalends.registry import narrow
+from mcp_bridge import arguments as args
 from mcp_bridge import schemas, toolsets
 from mcp_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_bridge.toolsets import Selection
@@ -64,6 +65,11 @@ class Catalogues:
         self._page_size = page_size
         self._kept: dict[Selection, Catalogue] = {}
 
+    @property
+    def everything(self) -> Selection:
+        """The selection of `toolsets=all`."""
+        return Selection(frozenset(self._toolsets))
+
     def select(self, headers: MultiMapping[str], query: MultiMapping[str]) -> Catalogue:
         """The catalogue a request asks for (toolsets.py says how)."""
         return self.get(toolsets.requested(headers, query, self._toolsets))
@@ -94,8 +100,9 @@ class Catalogues:
 
 def build_catalogue(operations: Mapping[str, Operation], page_size: int = PAGE_SIZE
                     ) -> Catalogue:
-    """The whole catalogue, no selection."""
-    return Catalogues(operations, page_size).get(Selection())
+    """The whole catalogue, as `toolsets=all` selects it."""
+    catalogues = Catalogues(operations, page_size)
+    return catalogues.get(catalogues.everything)
 
 
 def _tool(op: Operation) -> dict[str, Any]:
@@ -103,10 +110,10 @@ def _tool(op: Operation) -> dict[str, Any]:
         "name": op.name,
         "title": op.mcp.title,
         "description": _description(op),
-        "inputSchema": schemas.compact(input_schema(op)),
+        "inputSchema": schemas.compact(schemas.without_patterns(input_schema(op))),
         "annotations": tool_annotations(op),
     }
-    output = output_schema(op)
+    output = listed_output_schema(op)
     if output is not None:
         tool["outputSchema"] = schemas.compact(output)
     return tool
@@ -129,12 +136,10 @@ def tool_annotations(op: Operation) -> dict[str, Any]:
 
 def _description(op: Operation) -> str:
     found = op.resource
-    if found is None:
+    if found is None or not found.page:
+        # A single resource's `fields` says what it does in its own description.
         return op.mcp.description
-    if found.page:
-        return (f"{op.mcp.description} Read less with `fields` (e.g. {_example(found)}) "
-                "and a smaller `limit`.")
-    return f"{op.mcp.description} `fields` narrows the answer."
+    return f"{op.mcp.description} Read less with `fields` and a smaller `limit`."
 
 
 def _example(found: narrow.Resource) -> str:
@@ -145,39 +150,75 @@ def _example(found: narrow.Resource) -> str:
 
 
 def input_schema(op: Operation) -> dict[str, Any]:
-    """The registry's flat arguments, and `fields` for a tool that answers a resource."""
+    """The registry's flat arguments, a JSON array of strings allowed for a list REST
+    takes comma-separated, and `fields` for a tool that answers a resource."""
     schema = op.tool_input_schema()
-    found = op.resource
+    for name in args.comma_separated(op):
+        schema["properties"][name] = _or_array(schema["properties"][name])
+    found = args.resource(op)
     if found is not None:
-        # The names are the outputSchema's (an enum here would list them twice).
+        # No enum of the names: it would cost more than the invalid_field error that
+        # lists them, once, to the agent that needs them.
         schema["properties"]["fields"] = {
             "type": "array", "items": {"type": "string"}, "minItems": 1, "uniqueItems": True,
-            "description": "Only these top-level fields of the "
-                           f"{'items' if found.page else 'answer'} (and id), as outputSchema "
-                           "names them; all by default.",
+            "description": f"Only these top-level fields (and id), e.g. {_example(found)}.",
         }
     return schema
 
 
+def _or_array(prop: dict[str, Any]) -> dict[str, Any]:
+    """A string argument's schema that takes an array of strings too."""
+    branches = prop.get("anyOf") or [{k: v for k, v in prop.items() if k != "description"}]
+    array = {"type": "array", "items": {"type": "string"}}
+    nulls = [b for b in branches if b == {"type": "null"}]
+    others = [b for b in branches if b != {"type": "null"}]
+    out = {k: v for k, v in prop.items() if k in ("default", "description")}
+    return {"anyOf": [*others, array, *nulls], **out}
+
+
 def output_schema(op: Operation) -> dict[str, Any] | None:
-    """What `structuredContent` holds on success, as the registry says it: the REST
-    body, or the no-body status. The catalogue lists it compacted. A resource only
-    requires its `id`, so that an answer narrowed by `fields` conforms."""
-    if op.no_body_status is None:
-        # The REST response schema, which the schemathesis suite holds REST bodies to.
-        found = op.resource
-        if found is None or op.response_schema is None:
-            return op.response_schema
-        schema = copy.deepcopy(op.response_schema)
-        target = schema["properties"]["data"]["items"] if found.page else schema
-        target["required"] = ["id"]
-        return schema
-    return {
-        "type": "object",
-        "properties": {"status": {"type": "string", "const": op.no_body_status}},
-        "required": ["status"],
-        "additionalProperties": False,
-    }
+    """What `structuredContent` holds on success: the REST body, with the local times
+    of a resource whose type has them, or the no-body status. A resource only requires
+    its `id`, so that an answer narrowed by `fields` conforms."""
+    if op.no_body_status is not None:
+        return {
+            "type": "object",
+            "properties": {"status": {"type": "string", "const": op.no_body_status}},
+            "required": ["status"],
+            "additionalProperties": False,
+        }
+    # The REST response schema, which the schemathesis suite holds REST bodies to.
+    found = args.resource(op)
+    if found is None or op.response_schema is None:
+        return op.response_schema
+    schema = copy.deepcopy(op.response_schema)
+    target = schema["properties"]["data"]["items"] if found.page else schema
+    target["required"] = ["id"]
+    for name in found.fields:
+        if name not in target["properties"]:  # a local time (arguments.resource)
+            target["properties"][name] = {"type": ["string", "null"], "format": "date-time"}
+    return schema
+
+
+def listed_output_schema(op: Operation) -> dict[str, Any] | None:
+    """What tools/list says `structuredContent` holds: `output_schema`, but of a
+    resource only its `id`, the one field every answer holds whatever `fields` asked.
+    The others' names and types are the REST resource's (OpenAPI), and every answer
+    shows them; stated here they took half of what an agent read before its first call
+    (docs/mcp.md, "What tools/list says"). Objects' titles, which name OpenAPI's
+    components, go too."""
+    schema = output_schema(op)
+    found = args.resource(op)
+    if schema is None:
+        return None
+    if found is None:
+        return schemas.untitled(schema)
+    only_id = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    if not found.page:
+        return only_id
+    page = schemas.untitled(schema)
+    page["properties"]["data"]["items"] = only_id
+    return page
 
 
 def list_page(catalogue: Catalogue, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -221,31 +262,29 @@ async def call(
     try:
         if limit is not None:
             limit.enforce()
-        fields = None
-        if op.resource is not None and "fields" in arguments:
-            arguments = dict(arguments)
-            fields = narrow.check(op.resource, arguments.pop("fields"))
+        arguments, fields = args.shaped(op, arguments)
         body = await registry.call_flat(app, viewer, op, arguments, request_id, fields)
-        result = _tool_result(body if body is not None else {"status": op.no_body_status},
-                              is_error=False)
+        result = _tool_result(body if body is not None else {"status": op.no_body_status})
         if size(result) > MAX_RESULT_CHARACTERS:
             result = await _cut(app, viewer, op, arguments, request_id, fields, body)
     except ApiError as exc:
-        return _tool_result(exc.envelope(request_id), is_error=True)
+        return _error_result(exc.envelope(request_id))
     except Exception:
         _log.exception("tool failed", extra={"operation": name, "request_id": request_id})
-        return _tool_result(internal_error().envelope(request_id), is_error=True)
+        return _error_result(internal_error().envelope(request_id))
     return result
 
 
 MAX_RESULT_CHARACTERS = 100_000
 """What one tool result may hold: its text blocks and its structuredContent as compact
-JSON, together (contract §8)."""
+JSON, together (docs/mcp.md, "Results")."""
 
 
 def size(result: dict[str, Any]) -> int:
     """The characters a result holds, as sent: text blocks and compact structuredContent."""
     text = sum(len(block["text"]) for block in result["content"] if block["type"] == "text")
+    if "structuredContent" not in result:
+        return text
     return text + len(orjson.dumps(result["structuredContent"]).decode())
 
 
@@ -261,7 +300,7 @@ async def _cut(app: web.Application, viewer: Viewer, op: Operation, arguments: d
     while fits > 0:
         smaller = await registry.call_flat(app, viewer, op, {**arguments, "limit": fits},
                                            request_id, fields)
-        result = _tool_result(smaller, is_error=False)
+        result = _tool_result(smaller)
         if size(result) <= MAX_RESULT_CHARACTERS:
             return result
         fits -= 1  # the items changed meanwhile: one fewer
@@ -277,8 +316,7 @@ async def _cut(app: web.Application, viewer: Viewer, op: Operation, arguments: d
 def _items_that_fit(body: dict[str, Any], items: list[Any]) -> int:
     """How many of the page's first items fit in a result, its cursor included."""
     cursor = body.get("next_cursor") or "x" * 200
-    empty = _tool_result({**body, "data": [], "has_more": True, "next_cursor": cursor},
-                         is_error=False)
+    empty = _tool_result({**body, "data": [], "has_more": True, "next_cursor": cursor})
     used = size(empty)
     for n, item in enumerate(items):
         # Each item twice (text block, structuredContent), with its comma.
@@ -288,9 +326,18 @@ def _items_that_fit(body: dict[str, Any], items: list[Any]) -> int:
     return len(items)
 
 
-def _tool_result(structured: dict[str, Any], *, is_error: bool) -> dict[str, Any]:
+def _tool_result(structured: dict[str, Any]) -> dict[str, Any]:
+    """A success: the body as structuredContent and as the one text block."""
     return {
         "content": [{"type": "text", "text": orjson.dumps(structured).decode()}],
         "structuredContent": structured,
-        "isError": is_error,
+        "isError": False,
     }
+
+
+def _error_result(envelope: dict[str, Any]) -> dict[str, Any]:
+    """An error: the envelope as the one text block, and no structuredContent, which
+    SDKs check against the tool's outputSchema even on errors (the TypeScript SDK threw
+    -32602 where the agent should have read the error's code)."""
+    return {"content": [{"type": "text", "text": orjson.dumps(envelope).decode()}],
+            "isError": True}

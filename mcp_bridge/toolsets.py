@@ -1,11 +1,11 @@
-"""Toolsets (contract §8): the registry's tags, so an agent host loads only what it needs.
+"""Toolsets (docs/mcp.md, "Toolsets"): a request selects the tools it lists and may call.
 
-A toolset is an operation's tag in lower case with `-` for spaces ("External
-calendars" is `external-calendars`). A request narrows the catalogue with the
-header `X-MCP-Toolsets: events,agenda` or the query `?toolsets=events,agenda`,
-and to read-only tools (`readOnlyHint`) with `X-MCP-Readonly: true` or
-`?readonly=true`. Names are trimmed and compared without case; unknown and empty
-ones are ignored.
+The toolsets are the registry's (kalends/registry/toolsets.py): one per tag, and
+`core`, the tools for a person's day, which a request that names no known toolset
+gets. `all` names every toolset. A request narrows the catalogue with the header
+`X-MCP-Toolsets: events,agenda` or the query `?toolsets=events,agenda`, and to
+read-only tools (`readOnlyHint`) with `X-MCP-Readonly: true` or `?readonly=true`.
+Names are trimmed and compared without case; unknown and empty ones are ignored.
 
 A narrowing fails closed, whatever a proxy did to the headers on the way (one
 that merges repeated headers joins their values with commas): neither a header
@@ -16,7 +16,7 @@ nor the URL can widen what the other narrowed.
 - Every `X-MCP-Toolsets` header and every `toolsets` parameter that names a known
   toolset narrows: the selection is the intersection of what each names (which
   may be empty: then no tool). One that names no known toolset narrows nothing,
-  leaving the others to decide; when none names one, every toolset.
+  leaving the others to decide; when none names one, `core`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,13 @@ from typing import TYPE_CHECKING
 
 from multidict import MultiMapping
 
+from kalends.registry.toolsets import ALL, CORE, in_core, toolset, toolsets
+
 if TYPE_CHECKING:
     from kalends.registry import Operation
+
+__all__ = ["ALL", "CORE", "Selection", "by_header", "describe", "requested", "toolset",
+           "toolsets"]
 
 TOOLSETS_HEADER = "X-MCP-Toolsets"
 READONLY_HEADER = "X-MCP-Readonly"
@@ -39,41 +44,32 @@ _TRUE = frozenset({"true", "1"})
 
 @dataclass(frozen=True)
 class Selection:
-    """The tools a request may see: those of `toolsets` (None: every toolset),
-    and only the read-only ones when `read_only`."""
+    """The tools a request may see: those of `toolsets` (None: none named, so
+    `core`), and only the read-only ones when `read_only`."""
 
     toolsets: frozenset[str] | None = None
     read_only: bool = False
 
     @property
-    def narrowed(self) -> bool:
-        return self.toolsets is not None or self.read_only
+    def named(self) -> frozenset[str]:
+        """The toolsets selected, `core` when none was named."""
+        return frozenset({CORE}) if self.toolsets is None else self.toolsets
 
     def admits(self, op: Operation) -> bool:
         if self.read_only and not op.mcp.read_only:
             return False
-        return self.toolsets is None or toolset(op) in self.toolsets
-
-
-def toolset(op: Operation) -> str:
-    return op.tag.lower().replace(" ", "-")
-
-
-def toolsets(operations: Iterable[Operation]) -> dict[str, tuple[Operation, ...]]:
-    """Every toolset, in the order the registry first names it, with its operations."""
-    out: dict[str, list[Operation]] = {}
-    for op in operations:
-        out.setdefault(toolset(op), []).append(op)
-    return {name: tuple(ops) for name, ops in out.items()}
+        named = self.named
+        return toolset(op) in named or (CORE in named and in_core(op))
 
 
 def requested(headers: MultiMapping[str], query: MultiMapping[str], known: Iterable[str]
               ) -> Selection:
     """The selection a request asks for, from its headers and query string."""
-    every = set(known)
+    every = frozenset(known)
     chosen: frozenset[str] | None = None
     for value in _values(headers, TOOLSETS_HEADER, query, TOOLSETS_QUERY):
-        named = frozenset(n.strip().lower() for n in value.split(",")) & every
+        names = frozenset(n.strip().lower() for n in value.split(","))
+        named = every if ALL in names else names & every
         if named:
             chosen = named if chosen is None else chosen & named
     read_only = any(
@@ -96,19 +92,19 @@ def _values(headers: MultiMapping[str], header: str, query: MultiMapping[str], p
 
 def describe(every: Mapping[str, tuple[Operation, ...]], selection: Selection,
              listed: int) -> str:
-    """What the instructions say about toolsets: every one with its tool count, how
-    to select, and what this request selected."""
-    sets = ", ".join(f"{name} ({len(ops)})" for name, ops in every.items())
-    total = sum(len(ops) for ops in every.values())
-    text = (
-        f"Toolsets (tools in each; {total} in all): {sets}. To load fewer tools, select "
-        f"toolsets with the header {TOOLSETS_HEADER}: events,agenda or the URL query "
-        f"?{TOOLSETS_QUERY}=events,agenda, and read-only tools with {READONLY_HEADER}: true "
-        f"or ?{READONLY_QUERY}=true; a tool outside the selection is an unknown tool."
-    )
-    if not selection.narrowed:
-        return text + " Here, tools/list lists every tool."
-    chosen = ", ".join(
-        n for n in every if selection.toolsets is None or n in selection.toolsets) or "none"
+    """What the instructions say about toolsets, in three lines: what this request
+    lists, every toolset with its tool count, and how to ask for others."""
+    tagged = [ops for name, ops in every.items() if name != CORE]
+    if set(every) <= selection.named:
+        chosen = ALL
+    else:
+        chosen = ", ".join(n for n in every if n in selection.named) or "none"
     kind = "read-only tools" if selection.read_only else "tools"
-    return text + f" Here, tools/list lists the {listed} {kind} of: {chosen}."
+    sets = ", ".join(f"{name} ({len(ops)})" for name, ops in every.items())
+    return (
+        f"Listed here: the {listed} {kind} of {chosen}.\n"
+        f"Toolsets (tools in each): {sets}; {ALL} ({sum(len(ops) for ops in tagged)}).\n"
+        f"To list others, add ?{TOOLSETS_QUERY}=events,rsvps (or ?{TOOLSETS_QUERY}={ALL}) "
+        f"to the URL or send {TOOLSETS_HEADER}: events,rsvps; ?{READONLY_QUERY}=true "
+        f"({READONLY_HEADER}: true) keeps the read-only ones. A tool not listed is unknown."
+    )

@@ -703,7 +703,8 @@ async def test_agenda_cap_and_complete_with_connected_items(
 async def test_mcp_tool_lists_the_same_calendars_as_rest(
         world: World, person: Person, api: Api) -> None:
     out = connect(world, person)
-    headers = {"MCP-Protocol-Version": "2025-11-25", "Accept": "application/json"}
+    headers = {"MCP-Protocol-Version": "2025-11-25", "Accept": "application/json",
+               "X-MCP-Toolsets": "external-calendars"}
     status, listed, _ = await api.post("/mcp-developer", person.user, headers=headers, json={
         "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
     assert status == 200, listed
@@ -745,7 +746,8 @@ async def test_calendars_added_and_removed_on_the_provider(
 
 
 # The cases test_ical_interop.py::test_the_cases_that_were_read_wrong reads in the feed and
-# iMIP, and two zones more, as pushed copies (contract §12): (title, REST body).
+# iMIP, and two zones more, as pushed copies (docs/api-choices.md, "ICS feeds and attendee
+# e-mail"): (title, REST body).
 _PUSHED_CASES: list[tuple[str, dict[str, Any]]] = [
     # A Sunday start that BYDAY=MO,TH does not select: the agenda has 8, from Monday.
     ("Off-rule start", {"start_time": "2027-03-07T09:00", "end_time": "2027-03-07T10:00",
@@ -856,7 +858,8 @@ async def test_pushed_copies_read_alike_and_carry_the_feeds_sequence(
         world: World, person: Person, api: Api) -> None:
     """A copy pushed to CalDAV is read by ical.js and by `recurring-ical-events` to the
     instants of the subscriber's agenda, starts at its first occurrence, writes its rule
-    alone and carries the feed's UID and SEQUENCE (contract §12)."""
+    alone and carries the feed's UID and SEQUENCE (docs/api-choices.md, "ICS feeds and attendee
+    e-mail")."""
     events, copies, sequences = await _pushed(
         world, person, api,
         [{"title": title, "start_timezone": "Europe/Paris", **body}

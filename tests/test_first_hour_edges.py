@@ -138,7 +138,7 @@ async def test_access_lines_name_the_consumer(live_server: LiveServer, user: Use
             async with session.get(live_server.url + "/v1/profiles", headers=headers) as r:
                 await r.read()
     await _rpc(live_server, "/mcp-developer", user.api_key, "tools/call",
-               {"name": "listProfiles", "arguments": {}})
+               {"name": "getContext", "arguments": {}})
     lines = [r for r in caplog.records if r.name == "kalends.access"
              and getattr(r, "path", None) in ("/v1/profiles", "/mcp-developer")]
     assert [(r.path, r.status, getattr(r, "consumer", None))
@@ -151,13 +151,13 @@ async def test_mcp_tool_calls_are_counted_per_tool(live_server: LiveServer, user
     before = await _samples(live_server)
     for _ in range(2):
         status, body, _ = await _rpc(live_server, "/mcp-developer", user.api_key, "tools/call",
-                                     {"name": "listProfiles", "arguments": {}})
+                                     {"name": "getContext", "arguments": {}})
         assert status == 200 and body["result"]["isError"] is False, body
     status, _, _ = await _rpc(live_server, "/mcp-developer", user.api_key, "tools/list")
     assert status == 200
     after = await _samples(live_server)
     requests = "kalends_http_requests_total"
-    assert _rise(before, after, requests, operation="listProfiles", method="POST",
+    assert _rise(before, after, requests, operation="getContext", method="POST",
                  status="200") == 2
     # A call that names no tool stays under the route.
     assert _rise(before, after, requests, operation="/mcp-developer", method="POST",

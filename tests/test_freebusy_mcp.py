@@ -99,5 +99,7 @@ async def test_an_agent_books_the_first_free_slot_and_it_is_gone(
         assert busy["start"].endswith("Z") and datetime.fromisoformat(busy["end"]).tzinfo == UTC
 
         refused = await client.call_tool("findMeetingTimes", {**search, "step_minutes": 7})
-        assert refused.is_error is True
-        assert refused.structured_content["error"]["param"] == "step_minutes"
+        assert refused.is_error is True  # the envelope as text only (docs/mcp.md, "Results")
+        [block] = refused.content
+        assert isinstance(block, TextContent)
+        assert orjson.loads(block.text)["error"]["param"] == "step_minutes"

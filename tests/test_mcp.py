@@ -1,4 +1,4 @@
-"""Contract §8: the MCP bridge, through the official SDK and on the wire."""
+"""The MCP bridge (docs/mcp.md), through the official SDK and on the wire."""
 
 from __future__ import annotations
 
@@ -19,23 +19,24 @@ from oauth_flow import tokens_for
 from kalends import accounts
 from kalends.registry import OPERATIONS
 from mcp_bridge.jsonrpc import RpcError
-from mcp_bridge.schemas import compact
+from mcp_bridge.schemas import compact, without_patterns
 from mcp_bridge.tools import (
     build_catalogue,
     input_schema,
     list_page,
-    output_schema,
+    listed_output_schema,
     tool_annotations,
 )
 
 MODERN = "2026-07-28"
+ALL = "/mcp-developer?toolsets=all"
+"""The route listing every tool (without a toolset named, the core one)."""
 MISSING_PROFILE = "prf_" + "0" * 32
 ENVELOPE_KEYS = {"type", "code", "message", "param", "request_id", "details"}
-# The whole tool catalogue, as JSON: it sits in an agent's context. 59 tools take
-# about 108 KB (1.8 KB each, three quarters of it input and output schemas; a host
-# that needs fewer loads a toolset: bench/mcp_catalogue.py); tools that grow past
-# their share on average show here.
-MAX_BYTES_PER_TOOL = 1_900
+# The whole tool catalogue, as JSON: it sits in an agent's context (a host that needs
+# fewer loads a toolset: bench/mcp_catalogue.py); tools that grow past their share on
+# average show here.
+MAX_BYTES_PER_TOOL = 1_400
 
 
 def _meta(version: str = MODERN) -> dict[str, Any]:
@@ -104,13 +105,13 @@ def _text(result: CallToolResult) -> str:
 
 
 def _assert_envelope(result: CallToolResult, code: str) -> dict[str, Any]:
-    """An isError tool result carrying exactly the contract's envelope."""
-    assert result.is_error is True
-    envelope = result.structured_content
+    """An isError tool result carrying exactly the API's envelope, as its one text block
+    (no structuredContent, which SDKs would check against the outputSchema)."""
+    assert result.is_error is True and result.structured_content is None
+    envelope = orjson.loads(_text(result))
     assert set(envelope) == {"error"}
     assert set(envelope["error"]) <= ENVELOPE_KEYS and envelope["error"]["request_id"]
     assert envelope["error"]["code"] == code, envelope
-    assert orjson.loads(_text(result)) == envelope
     return envelope["error"]  # type: ignore[no-any-return]
 
 
@@ -121,7 +122,7 @@ async def test_official_sdk_lists_and_calls_tools(
     async with (
         httpx2.AsyncClient(headers=user.headers) as http,
         Client(
-            streamable_http_client(live_server.url + "/mcp-developer", http_client=http),
+            streamable_http_client(live_server.url + ALL, http_client=http),
             mode=mode,
             cache=None,
         ) as client,
@@ -167,16 +168,18 @@ async def test_official_sdk_lists_and_calls_tools(
         assert raised.value.error.code == -32602
 
 
-async def _list_pages(api: Any, user: Any, *, modern: bool) -> list[dict[str, Any]]:
+async def _list_pages(api: Any, user: Any, *, modern: bool, path: str = ALL
+                      ) -> list[dict[str, Any]]:
     """Every tools/list page, following nextCursor, in a modern or a handshake-era request."""
     pages: list[dict[str, Any]] = []
     params: dict[str, Any] = {}
     while True:
-        legacy = {
+        legacy: dict[str, Any] = {
             "body": {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params},
             "headers": {"MCP-Protocol-Version": "2025-11-25"},
         }
-        status, body = await _rpc(api, user, _modern("tools/list", params) if modern else legacy)
+        request = _modern("tools/list", params) if modern else legacy
+        status, body, _ = await _post(api, user, request["body"], request["headers"], path)
         assert status == 200, body
         pages.append(body["result"])
         if "nextCursor" not in body["result"]:
@@ -185,8 +188,8 @@ async def _list_pages(api: Any, user: Any, *, modern: bool) -> list[dict[str, An
 
 
 async def test_tools_mirror_the_registry(api: Any, user: Any) -> None:
-    """Each tool as the registry states it, compacted (mcp_bridge/schemas.py; that
-    nothing is lost is tests/test_mcp_toolsets.py's)."""
+    """Each tool as the registry states it, compacted (mcp_bridge/schemas.py; what is
+    left out and what is kept is tests/test_mcp_toolsets.py's)."""
     tools = [tool for page in await _list_pages(api, user, modern=True) for tool in page["tools"]]
     for tool, op in zip(tools, OPERATIONS.values(), strict=True):
         output = tool.pop("outputSchema")
@@ -195,18 +198,18 @@ async def test_tools_mirror_the_registry(api: Any, user: Any) -> None:
         assert tool == {
             "name": op.name,
             "title": op.mcp.title,
-            "inputSchema": compact(input_schema(op)),
+            "inputSchema": compact(without_patterns(input_schema(op))),
             "annotations": tool_annotations(op),
         }
         if op.resource is not None:
-            # `fields` on every tool that answers a resource, and said in its description.
+            # `fields` on every tool that answers a resource; a list tool's description
+            # says how to ask for less.
             assert tool["inputSchema"]["properties"]["fields"]["type"] == "array"
-            assert "`fields`" in description
             if op.resource.page:
-                assert "`limit`" in description
+                assert "`fields`" in description and "`limit`" in description
         if op.no_body_status is None:
             assert op.response_schema is not None
-            assert output == compact(output_schema(op))
+            assert output == compact(listed_output_schema(op))  # type: ignore[arg-type]
         else:
             assert output["properties"]["status"]["const"] == op.no_body_status
 
@@ -336,12 +339,12 @@ async def test_missing_routing_headers_are_header_mismatch(api: Any, user: Any) 
 
 
 async def test_header_values_are_trimmed_and_base64_decoded(api: Any, user: Any) -> None:
-    encoded = "=?base64?" + base64.b64encode(b"listOrganizations").decode() + "?="
-    for name in ("  listOrganizations  ", encoded):
-        request = _modern("tools/call", {"name": "listOrganizations"}, Mcp_Name=name)
+    encoded = "=?base64?" + base64.b64encode(b"getContext").decode() + "?="
+    for name in ("  getContext  ", encoded):
+        request = _modern("tools/call", {"name": "getContext"}, Mcp_Name=name)
         status, body = await _rpc(api, user, request)
         assert status == 200 and body["result"]["isError"] is False, body
-    request = _modern("tools/call", {"name": "listOrganizations"}, Mcp_Name="=?base64?bm9wZQ?=")
+    request = _modern("tools/call", {"name": "getContext"}, Mcp_Name="=?base64?bm9wZQ?=")
     _assert_rpc_error(*await _rpc(api, user, request), 400, -32020)
 
 
@@ -403,15 +406,16 @@ async def test_legacy_errors_answer_200(api: Any, user: Any) -> None:
 
 async def test_tool_errors_carry_the_request_id(api: Any, user: Any) -> None:
     request = _modern(
-        "tools/call", {"name": "getProfile", "arguments": {"profile_id": MISSING_PROFILE}}
+        "tools/call", {"name": "getEvent", "arguments": {"event_id": "evt_" + "0" * 32}}
     )
     request["headers"]["X-Request-Id"] = "mcp-trace-1"
     status, body, headers = await _post(api, user, request["body"], request["headers"])
     assert status == 200 and headers["X-Request-Id"] == "mcp-trace-1"
     result = body["result"]
     assert result["isError"] is True and result["resultType"] == "complete"
-    assert result["structuredContent"]["error"]["request_id"] == "mcp-trace-1"
-    assert orjson.loads(result["content"][0]["text"]) == result["structuredContent"]
+    assert "structuredContent" not in result
+    [block] = result["content"]
+    assert orjson.loads(block["text"])["error"]["request_id"] == "mcp-trace-1"
 
 
 @pytest.fixture
@@ -539,7 +543,7 @@ async def test_developer_route_needs_a_valid_key(live_server: Any, api: Any) -> 
 
 
 async def test_arguments_may_be_omitted(api: Any, user: Any) -> None:
-    status, body = await _rpc(api, user, _modern("tools/call", {"name": "listOrganizations"}))
+    status, body = await _rpc(api, user, _modern("tools/call", {"name": "getContext"}))
     assert status == 200 and body["result"]["isError"] is False, body
 
 
@@ -550,10 +554,10 @@ async def test_a_bug_is_an_internal_error_result(
         raise RuntimeError("secret internals")
 
     monkeypatch.setattr("kalends.registry.call_flat", broken)
-    status, body = await _rpc(api, user, _modern("tools/call", {"name": "listOrganizations"}))
+    status, body = await _rpc(api, user, _modern("tools/call", {"name": "getContext"}))
     assert status == 200, body
     assert body["result"]["isError"] is True
-    error = body["result"]["structuredContent"]["error"]
+    error = orjson.loads(body["result"]["content"][0]["text"])["error"]
     assert (error["type"], error["code"]) == ("api_error", "internal_error")
     assert "secret" not in body["result"]["content"][0]["text"]
 

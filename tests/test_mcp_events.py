@@ -28,9 +28,18 @@ def _ok(result: CallToolResult) -> Any:
     return _body(result)
 
 
-def _error(result: CallToolResult, code: str, param: str | None = None) -> dict[str, Any]:
+def error_of(result: CallToolResult) -> dict[str, Any]:
+    """The error an isError result carries: the envelope, as its one text block."""
     assert result.is_error is True, result.structured_content
-    error: dict[str, Any] = _body(result)["error"]
+    assert result.structured_content is None
+    [block] = result.content
+    assert isinstance(block, TextContent)
+    error: dict[str, Any] = orjson.loads(block.text)["error"]
+    return error
+
+
+def _error(result: CallToolResult, code: str, param: str | None = None) -> dict[str, Any]:
+    error = error_of(result)
     assert error["code"] == code, error
     if param is not None:
         assert error.get("param") == param, error
@@ -38,12 +47,13 @@ def _error(result: CallToolResult, code: str, param: str | None = None) -> dict[
 
 
 @asynccontextmanager
-async def sdk_client(live_server: Any, user: Any) -> AsyncIterator[Client]:
-    """The official SDK's client on /mcp-developer, as `user`."""
+async def sdk_client(live_server: Any, user: Any, toolsets: str = "all"
+                     ) -> AsyncIterator[Client]:
+    """The official SDK's client on /mcp-developer, as `user`, listing `toolsets`."""
+    url = f"{live_server.url}/mcp-developer?toolsets={toolsets}"
     async with (
         httpx2.AsyncClient(headers=user.headers) as http,
-        Client(streamable_http_client(live_server.url + "/mcp-developer", http_client=http),
-               cache=None) as client,
+        Client(streamable_http_client(url, http_client=http), cache=None) as client,
     ):
         yield client
 
@@ -67,7 +77,7 @@ async def test_events_series_and_rsvps_as_tools(live_server: Any, user: Any) -> 
         # Input schemas carry the ID patterns, and the time fields are described for agents.
         create_schema = tools["createEvent"].input_schema
         assert "profile_id" in create_schema["required"]
-        assert "pattern" in create_schema["properties"]["profile_id"]
+        assert "prf_" in create_schema["properties"]["profile_id"]["description"]
         assert tools["getEvent"].annotations.read_only_hint is True
         assert tools["deleteEvent"].annotations.destructive_hint is True
 

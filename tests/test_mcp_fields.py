@@ -1,4 +1,4 @@
-"""Answers an agent can afford (contract §8): `fields` on the tools that answer a
+"""Answers an agent can afford (docs/mcp.md): `fields` on the tools that answer a
 resource or a page of them, and at most 100,000 characters in any tool result, through
 the official MCP SDK (which checks `structuredContent` against each tool's
 `outputSchema`)."""
@@ -16,7 +16,7 @@ import pytest
 from conftest import Api, LiveServer, User, new_profile
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
-from test_mcp_events import list_tools, sdk_client
+from test_mcp_events import error_of, list_tools, sdk_client
 
 from kalends.registry import OPERATIONS
 from mcp_bridge import tools
@@ -94,8 +94,7 @@ async def test_an_unknown_field_names_the_valid_ones(
         profile = await new_profile(api, user)
         result = await client.call_tool("listProfileEvents", {"profile_id": profile["id"],
                                                               "fields": ["title", "colour"]})
-        assert result.is_error is True
-        error = result.structured_content["error"]
+        error = error_of(result)
         assert (error["code"], error["param"]) == ("invalid_field", "fields")
         assert error["details"] == {"value": "colour"}
         assert "colour" in error["message"] and "start_time" in error["message"]
@@ -103,10 +102,10 @@ async def test_an_unknown_field_names_the_valid_ones(
         for bad in ("title", [], [1]):
             result = await client.call_tool("getProfile", {"profile_id": profile["id"],
                                                            "fields": bad})
-            assert result.structured_content["error"]["code"] == "invalid_field"
+            assert error_of(result)["code"] == "invalid_field"
         # Tools that answer no resource take no `fields`.
         result = await client.call_tool("getAgenda", {"fields": ["items"]})
-        assert result.structured_content["error"]["code"] == "unknown_field"
+        assert error_of(result)["code"] == "unknown_field"
 
 
 async def test_a_page_past_the_bound_ends_early_and_its_cursor_walk_misses_nothing(
@@ -154,8 +153,7 @@ async def test_a_single_resource_past_the_bound_is_response_too_large(
         # for the 100,000 (the live server runs in this process).
         monkeypatch.setattr(tools, "MAX_RESULT_CHARACTERS", 8000)
         result = await client.call_tool("getEvent", {"event_id": event["id"]})
-        assert result.is_error is True
-        error = result.structured_content["error"]
+        error = error_of(result)
         assert (error["code"], error["param"]) == ("response_too_large", "fields")
         assert "`fields`" in error["message"]
         assert _ok(await client.call_tool("getEvent", {"event_id": event["id"],
@@ -170,6 +168,6 @@ def test_every_tool_that_answers_a_resource_takes_fields() -> None:
     for name in narrowable:
         op = OPERATIONS[name]
         schema = tools.output_schema(op)
-        assert schema is not None
+        assert schema is not None and op.resource is not None
         resource = schema["properties"]["data"]["items"] if op.resource.page else schema
         assert resource["required"] == ["id"], name

@@ -1,4 +1,4 @@
-"""Contract §8, toolsets: a narrowing fails closed.
+"""Toolsets (docs/mcp.md): a narrowing fails closed.
 
 X-MCP-Readonly sent more than once, or as a comma-joined list (as proxies merge
 repeated headers), is read-only when any of its values is true (any case), and
@@ -140,9 +140,10 @@ async def test_readonly_header_forms_hide_and_refuse_write_tools(
             assert "result" not in answer, (headers, query, answer)
             assert answer["error"]["code"] == -32602, answer
             assert answer["error"]["message"] == "Unknown tool: createProfile", answer
-        # And not narrowed: the write tool is there and works.
+        # And not narrowed: the write tool is there and works (every toolset asked).
         for headers, query in NOT_READ_ONLY_FORMS:
-            url = live_server.url + "/mcp-developer" + (f"?{query}" if query else "")
+            url = live_server.url + "/mcp-developer?" + "&".join(filter(None, [
+                "toolsets=all", query]))
             assert await _listed(session, url, user, headers) == list(OPERATIONS)
             answer = await _create_profile(session, url, user, headers)
             assert answer["result"]["isError"] is False, answer

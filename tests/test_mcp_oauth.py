@@ -1,4 +1,5 @@
-"""POST /mcp behind Kalends' own authorization server (contract §10, the default):
+"""POST /mcp behind Kalends' own authorization server (docs/mcp.md, "MCP clients and
+OAuth"; the default):
 metadata, the official SDK completing the flow, and each refusal."""
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from kalends import accounts, ids
 from kalends.connected import engine
 from kalends.oauth import keys
 from kalends.registry import OPERATIONS
+from kalends.registry.toolsets import in_core
 from kalends.service import config
 from kalends.service.services import SETTINGS
 
@@ -65,9 +67,10 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 async def mcp(http: aiohttp.ClientSession, server: LiveServer, token: str | None,
               method: str = "tools/list", params: dict[str, Any] | None = None,
-              ) -> tuple[int, Any, aiohttp.typedefs.LooseHeaders]:
+              ) -> tuple[int, Any, Any]:
+    # Every toolset: these tests call organizations' and profiles' tools.
     headers = {"Content-Type": "application/json", "MCP-Protocol-Version": MODERN,
-               "Mcp-Method": method}
+               "Mcp-Method": method, "X-MCP-Toolsets": "all"}
     if method == "tools/call" and params:
         headers["Mcp-Name"] = params["name"]
     if token is not None:
@@ -153,28 +156,31 @@ async def test_the_sdk_completes_the_flow_and_uses_tools(server: LiveServer, per
     try:
         names, results = await connect_and_use(
             server.url + "/mcp", consent, storage=storage,
-            calls=[("listOrganizations", {}),
-                   ("createProfile", {"platform_id": "oauth_" + secrets.token_hex(4),
-                                      "display_name": "Via OAuth"})])
-        # The same tools as /mcp-developer, with the same results.
-        assert names == list(OPERATIONS)
-        orgs, created = results
-        assert orgs.is_error is False
-        assert [o["id"] for o in orgs.structured_content["data"]] == [person.organization_id]
+            calls=[("getContext", {}),
+                   ("createCalendarEvent", {"calendar_id": person.calendar_id,
+                                            "title": "Via OAuth",
+                                            "start_time": "2031-05-06T10:00",
+                                            "start_timezone": "Europe/Paris"})])
+        # The same tools as /mcp-developer (the core toolset), with the same results.
+        assert names == [op.name for op in OPERATIONS.values() if in_core(op)]
+        context, created = results
+        assert context.is_error is False
+        assert [o["id"] for o in context.structured_content["organizations"]] == [
+            person.organization_id]
         assert created.is_error is False, created.structured_content
-        assert created.structured_content["id"].startswith("prf_")
+        assert created.structured_content["id"].startswith("cev_")
         # The SDK asked with PKCE S256 for /mcp; a second connection reuses the token.
         query = query_of(seen[0])
         assert query["code_challenge_method"] == "S256"
         assert query["resource"] == server.url + "/mcp"
         await connect_and_use(server.url + "/mcp", consent, storage=storage,
-                              calls=[("listOrganizations", {})])
+                              calls=[("getContext", {})])
         assert len(seen) == 1
         # Once the access token has expired, the SDK refreshes (a rotated refresh token).
         first_refresh = storage.tokens.refresh_token if storage.tokens else None
         storage.expire_access_token()
         _, [again] = await connect_and_use(server.url + "/mcp", consent, storage=storage,
-                                           calls=[("listOrganizations", {})])
+                                           calls=[("getContext", {})])
         assert again.is_error is False and len(seen) == 1
         assert storage.tokens is not None and storage.tokens.refresh_token != first_refresh
     finally:

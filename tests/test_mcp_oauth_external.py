@@ -1,5 +1,5 @@
-"""POST /mcp behind a company's identity provider (`KALENDS_OAUTH_ISSUER`,
-contract §10): a real authorization server, npm oidc-provider 9 under Node 22,
+"""POST /mcp behind a company's identity provider (`KALENDS_OAUTH_ISSUER`, docs/mcp.md,
+"MCP clients and OAuth"): a real authorization server, npm oidc-provider 9 under Node 22,
 issuing JWT access tokens for /mcp by client credentials (tests/oidc_server.py)."""
 
 from __future__ import annotations
@@ -63,8 +63,10 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 async def mcp(http: aiohttp.ClientSession, world: World, token: str, method: str = "tools/list",
               params: dict[str, Any] | None = None) -> tuple[int, Any, Any]:
+    # Every toolset: these tests call organizations' and profiles' tools.
     headers = {"Content-Type": "application/json", "MCP-Protocol-Version": MODERN,
-               "Mcp-Method": method, "Authorization": f"Bearer {token}"}
+               "Mcp-Method": method, "Authorization": f"Bearer {token}",
+               "X-MCP-Toolsets": "all"}
     if method == "tools/call" and params:
         headers["Mcp-Name"] = params["name"]
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {
@@ -111,7 +113,7 @@ async def test_the_sdk_with_client_credentials(world: World, http: aiohttp.Clien
         server_url=world.server.url + "/mcp", storage=MemoryTokenStorage(),
         client_id=WRITER["client_id"], client_secret=WRITER["client_secret"],
         scope=WRITER["scope"], issuer=world.issuer.issuer)
-    async with (httpx2.AsyncClient(auth=auth) as client_http,
+    async with (httpx2.AsyncClient(auth=auth, headers={"X-MCP-Toolsets": "all"}) as client_http,
                 Client(streamable_http_client(world.server.url + "/mcp",
                                               http_client=client_http),
                        cache=None) as client):

@@ -1,5 +1,6 @@
-"""Contract §8, toolsets: a client narrows either MCP route's catalogue by header or
-query; and the catalogue says each thing once without losing any of it.
+"""Toolsets (docs/mcp.md): a client narrows either MCP route's catalogue by header or
+query, and gets the core toolset when it names none; and the catalogue says each thing
+once, leaving out only what docs/mcp.md says it leaves out.
 
 Counts and names come from the registry (operations are added all the time): never
 from numbers written here.
@@ -32,12 +33,15 @@ from oauth_flow import tokens_for
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
 from kalends.registry import OPERATIONS, Operation
-from mcp_bridge import tools, toolsets
+from kalends.registry.toolsets import CORE, CORE_TOOLS
+from mcp_bridge import schemas, tools, toolsets
 from mcp_bridge.toolsets import Selection
 
 MODERN = "2026-07-28"
 ROUTES = ["/mcp-developer", "/mcp"]
 EVERY = toolsets.toolsets(OPERATIONS.values())
+TAGGED = {name: ops for name, ops in EVERY.items() if name != CORE}
+ALL = Selection(frozenset(EVERY))
 # Spec defaults of ToolAnnotations (tools.mdx): what an absent hint means.
 HINT_DEFAULTS = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False,
                  "openWorldHint": True}
@@ -54,10 +58,12 @@ def _outside(selection: Selection) -> Operation:
 # -- selection rules, from the registry -------------------------------------------------
 
 
-def test_toolsets_are_the_registry_tags() -> None:
-    assert set(EVERY) == {op.tag.lower().replace(" ", "-") for op in OPERATIONS.values()}
-    assert sum(len(ops) for ops in EVERY.values()) == len(OPERATIONS)
+def test_toolsets_are_the_registry_tags_and_core() -> None:
+    assert set(TAGGED) == {op.tag.lower().replace(" ", "-") for op in OPERATIONS.values()}
+    assert sum(len(ops) for ops in TAGGED.values()) == len(OPERATIONS)
     assert {"events", "rsvps", "calendars", "agenda"} <= set(EVERY)
+    assert next(iter(EVERY)) == CORE and "all" not in EVERY
+    assert [op.name for op in EVERY[CORE]] == [n for n in OPERATIONS if n in CORE_TOOLS]
     for name in EVERY:
         assert re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", name), name
     if any(op.tag == "External calendars" for op in OPERATIONS.values()):
@@ -75,14 +81,14 @@ def test_selection_rules() -> None:
     assert _requested() == Selection()
     assert _requested(query="toolsets=calendars,agenda") == Selection(both)
     assert _requested({"x-mcp-toolsets": " Calendars ,AGENDA,,nope "}) == Selection(both)
-    # Repeated: the intersection of what each names (contract §8, fails closed).
+    # Repeated: the intersection of what each names (a narrowing fails closed).
     assert _requested(query="toolsets=calendars,agenda&toolsets=agenda,events") == \
         Selection(frozenset({"agenda"}))
     # Unknown names are ignored; a selection of nothing known narrows nothing.
     assert _requested(query="toolsets=nope,") == Selection()
     assert _requested({"X-MCP-Toolsets": ""}) == Selection()
-    # Neither the header nor the query widens what the other narrowed (contract §8:
-    # a narrowing fails closed; tests/test_mcp_narrowing.py has every form).
+    # Neither the header nor the query widens what the other narrowed (a narrowing
+    # fails closed; tests/test_mcp_narrowing.py has every form).
     assert _requested({"X-MCP-Toolsets": "events,agenda"}, "toolsets=agenda&readonly=true") == \
         Selection(frozenset({"agenda"}), read_only=True)
     assert _requested({"X-MCP-Readonly": "false"}, "readonly=true") == Selection(read_only=True)
@@ -91,20 +97,36 @@ def test_selection_rules() -> None:
         assert _requested(query=f"readonly={value.strip()}").read_only, value
     for value in ("false", "0", "", "yes", "on", "false,no"):
         assert not _requested({"X-MCP-Readonly": value}).read_only, value
+    # `all` names every toolset, `core` included; it narrows as any other name.
+    assert _requested(query="toolsets=ALL") == ALL
+    assert _requested(query="toolsets=all,nope") == ALL
+    assert _requested({"X-MCP-Toolsets": "all"}, "toolsets=agenda") == \
+        Selection(frozenset({"agenda"}))
+    assert _requested(query="toolsets=core,rsvps") == Selection(frozenset({CORE, "rsvps"}))
 
 
 def test_selections_admit_by_tag_and_hint() -> None:
-    read_only = Selection(read_only=True)
+    read_only = Selection(ALL.toolsets, read_only=True)
     assert _names(read_only) == [op.name for op in OPERATIONS.values() if op.mcp.read_only]
     assert 0 < len(_names(read_only)) < len(OPERATIONS)
     events = Selection(frozenset({"events"}), read_only=True)
     assert _names(events) == [op.name for op in EVERY["events"] if op.mcp.read_only]
+    # No toolset named: core's tools, in registry order.
+    assert _names(Selection()) == [n for n in OPERATIONS if n in CORE_TOOLS]
+    assert _names(Selection(read_only=True)) == [
+        n for n in OPERATIONS if n in CORE_TOOLS and OPERATIONS[n].mcp.read_only]
+    # Core with a tag: both, each once.
+    both = Selection(frozenset({CORE, "rsvps"}))
+    assert _names(both) == [op.name for op in OPERATIONS.values()
+                            if op.name in CORE_TOOLS or toolsets.toolset(op) == "rsvps"]
 
 
 def test_catalogues_list_a_selection_and_accept_only_its_tools() -> None:
     catalogues = tools.Catalogues(OPERATIONS)
-    whole = catalogues.get(Selection())
+    whole = catalogues.get(catalogues.everything)
     assert [t["name"] for t in whole.tools] == list(OPERATIONS) and whole.names == set(OPERATIONS)
+    core = catalogues.get(Selection())
+    assert [t["name"] for t in core.tools] == _names(Selection()) and core.names < whole.names
     chosen = Selection(frozenset({"calendars", "agenda"}))
     narrowed = catalogues.get(chosen)
     assert [t["name"] for t in narrowed.tools] == _names(chosen)
@@ -119,16 +141,21 @@ def test_instructions_name_every_toolset() -> None:
     note = tools.Catalogues(OPERATIONS).get(Selection()).toolsets_note
     for name, ops in EVERY.items():
         assert f"{name} ({len(ops)})" in note
+    assert f"all ({len(OPERATIONS)})" in note and "?toolsets=all" in note
     assert "X-MCP-Toolsets" in note and "?toolsets=" in note
     assert "X-MCP-Readonly" in note and "?readonly=true" in note
+    # In a few lines: what is listed, the toolsets, how to ask.
+    assert note.startswith(f"Listed here: the {len(EVERY[CORE])} tools of core.")
+    assert len(note.splitlines()) == 3
 
 
-# -- the catalogue keeps every piece of information -------------------------------------
+# -- the catalogue keeps every piece of information it lists -------------------------------
 
 def _registered(op: Operation) -> list[tuple[str, dict[str, Any]]]:
-    """The registry's own schemas of a tool: what tools/list listed before compaction."""
-    out = [("inputSchema", tools.input_schema(op))]
-    output = tools.output_schema(op)
+    """A tool's schemas before compaction: the registry's, less what tools/list leaves
+    out on purpose (`_test_listing_leaves_out_only` below)."""
+    out = [("inputSchema", schemas.without_patterns(tools.input_schema(op)))]
+    output = tools.listed_output_schema(op)
     if output is not None:
         out.append(("outputSchema", output))
     return out
@@ -326,6 +353,52 @@ def test_listed_schemas_accept_and_refuse_what_the_registry_schemas_do() -> None
             assert after.is_valid(instance) is verdict, (where, instance)
 
 
+def test_listed_inputs_leave_out_only_patterns() -> None:
+    """Every fact of the registry's input schema but its regular expressions, and so
+    every instance it accepts: the server checks them, its error naming the argument."""
+    listed = _listed()
+    for op in OPERATIONS.values():
+        whole = tools.input_schema(op)
+        new = listed[op.name]["inputSchema"]
+        expected = {where: {f for f in facts if f[0] != "pattern"}
+                    for where, facts in _inventory(whole, whole).items()}
+        got = _inventory(new, new)
+        assert got.keys() == expected.keys(), op.name
+        for where, facts in got.items():
+            # An ID that nothing described says its prefix instead of its pattern.
+            added = {(key, value) for key, value in facts - expected[where]
+                     if key == "description"
+                     and re.fullmatch(r"An? [a-z]+_ ID\.", orjson.loads(value))}
+            assert facts - added == expected[where], (op.name, where)
+        accepts = jsonschema.Draft202012Validator(new, format_checker=_FORMATS)
+        before = jsonschema.Draft202012Validator(whole, format_checker=_FORMATS)
+        for instance in _values(whole, whole):
+            if before.is_valid(instance):
+                assert accepts.is_valid(instance), (op.name, instance)
+
+
+def test_a_resource_output_lists_only_its_id() -> None:
+    """What every answer holds whatever `fields` asked; other outputs are whole but for
+    their titles (the OpenAPI component names)."""
+    listed = _listed()
+    only_id = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    for op in OPERATIONS.values():
+        output = listed[op.name].get("outputSchema")
+        found = op.resource
+        if found is None:
+            whole = tools.output_schema(op)
+            assert (output is None) is (whole is None), op.name
+            if whole is not None:  # no title keyword (a property may be named title)
+                assert '"title":"' not in orjson.dumps(output).decode(), op.name
+            continue
+        assert output is not None
+        if found.page:
+            assert output["properties"]["data"]["items"] == only_id, op.name
+            assert set(output["properties"]) == {"data", "has_more", "next_cursor"}
+        else:
+            assert output == only_id, op.name
+
+
 def test_listing_leaves_the_registry_schemas_alone() -> None:
     before = {op.name: copy.deepcopy(_registered(op)) for op in OPERATIONS.values()}
     tools.build_catalogue(OPERATIONS)
@@ -351,14 +424,17 @@ def test_annotations_leave_out_only_what_says_nothing() -> None:
 
 def test_the_catalogue_is_smaller_whole_and_selected() -> None:
     catalogues = tools.Catalogues(OPERATIONS)
-    whole = catalogues.get(Selection())
+    whole = catalogues.get(catalogues.everything)
 
     def registered(catalogue: tools.Catalogue) -> int:
         entries = []
         for tool in catalogue.tools:
             op = OPERATIONS[tool["name"]]
-            entry = {**tool, "annotations": op.mcp.annotations}
-            entry.update(_registered(op))
+            entry = {**tool, "annotations": op.mcp.annotations,
+                     "inputSchema": tools.input_schema(op)}
+            output = tools.output_schema(op)
+            if output is not None:
+                entry["outputSchema"] = output
             entries.append(entry)
         return len(orjson.dumps({"tools": entries}))
 
@@ -370,6 +446,9 @@ def test_the_catalogue_is_smaller_whole_and_selected() -> None:
     assert size(chosen) < registered(chosen)
     # What a host that needs only calendars and agenda saves, compared to the whole.
     assert size(chosen) < size(whole) / 2
+    # And the core toolset, listed by default.
+    core = catalogues.get(Selection())
+    assert size(core) < registered(core) * 2 / 3 and size(core) < size(whole) / 2
 
 
 # -- through real MCP sessions, on both routes -------------------------------------------
@@ -429,7 +508,7 @@ async def test_a_selection_narrows_listing_and_calls(
     selection = Selection(frozenset({"calendars", "agenda"}))
     async with _session(url, headers) as client:
         assert await _listed_names(client) == _names(selection)
-        assert "tools/list lists the" in (client.instructions or "")
+        assert "Listed here: the " in (client.instructions or "")
         calendars = _ok(await client.call_tool("listCalendars", {}))
         assert [c["id"] for c in calendars["data"]] == [user.calendar_id]
         await _assert_unknown(client, _outside(selection).name)
@@ -460,15 +539,29 @@ async def test_readonly_lists_only_read_only_tools(
 
 
 @pytest.mark.parametrize("route", ROUTES)
-async def test_no_selection_and_an_empty_one_list_everything(
+async def test_no_selection_and_an_empty_one_list_core(
     live_server: Any, user: Any, bearer: Any, route: str
 ) -> None:
     headers = _credential(route, user, bearer)
+    core = _names(Selection())
     for suffix, extra in [("", {}), ("?toolsets=nope,&readonly=no", {}),
                           ("", {"X-MCP-Toolsets": ",", "X-MCP-Readonly": "false"})]:
         async with _session(live_server.url + route + suffix, {**headers, **extra}) as client:
+            assert await _listed_names(client) == core, suffix or extra
+            assert f"Listed here: the {len(core)} tools of core." in (client.instructions or "")
+            await _assert_unknown(client, _outside(Selection()).name)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_all_lists_everything(live_server: Any, user: Any, bearer: Any, route: str
+                                    ) -> None:
+    headers = _credential(route, user, bearer)
+    for suffix, extra in [("?toolsets=all", {}), ("", {"X-MCP-Toolsets": "All"}),
+                          ("?toolsets=all,nope", {})]:
+        async with _session(live_server.url + route + suffix, {**headers, **extra}) as client:
             assert await _listed_names(client) == list(OPERATIONS), suffix or extra
-            assert "tools/list lists every tool" in (client.instructions or "")
+            assert f"Listed here: the {len(OPERATIONS)} tools of all." in \
+                (client.instructions or "")
 
 
 async def test_the_header_and_the_query_both_narrow(live_server: Any, user: Any) -> None:
@@ -491,7 +584,9 @@ async def test_discover_and_initialize_name_every_toolset(
         for name, ops in EVERY.items():
             assert f"{name} ({len(ops)})" in instructions, name
         assert "X-MCP-Toolsets" in instructions and "?toolsets=" in instructions
-        assert f"lists the {len(EVERY['agenda'])} tools of: agenda." in instructions
+        assert f"Listed here: the {len(EVERY['agenda'])} tools of agenda." in instructions
+        # getContext is named only where it may be called.
+        assert "getContext" not in instructions
 
 
 def _rpc(method: str, params: dict[str, Any], *, modern: bool) -> tuple[bytes, dict[str, str]]:
@@ -533,8 +628,10 @@ async def test_outside_the_selection_answers_as_an_unknown_tool(
     _, read_only = await tokens_for(live_server.url, user.api_key, scope="kalends:read")
     reader = dataclasses.replace(user, api_key=read_only["access_token"])
     selection = Selection(frozenset({"agenda"}))
+    # Outside agenda, inside core (what the request without a header lists).
     outside = next(op.name for op in OPERATIONS.values()
-                   if not selection.admits(op) and not op.mcp.read_only)
+                   if not selection.admits(op) and not op.mcp.read_only
+                   and Selection().admits(op))
     for route, caller in (("/mcp-developer", user), ("/mcp", reader)):
         answers = []
         for name in (outside, "noSuchTool"):
@@ -556,7 +653,8 @@ async def test_real_results_fit_both_the_registry_and_the_listed_schemas(
     """Results of real calls, which the SDK also holds to the listed output schemas."""
     listed = _listed()
     seen: list[str] = []
-    async with _session(live_server.url + "/mcp-developer", dict(user.headers)) as client:
+    url = live_server.url + "/mcp-developer?toolsets=all"
+    async with _session(url, dict(user.headers)) as client:
         await client.list_tools()
 
         async def call(name: str, arguments: dict[str, Any]) -> Any:

@@ -96,7 +96,7 @@ async def _tour(api: Api, live_server: LiveServer) -> list[str]:
         f"/v1/series/{sid}/events", "/v1/subscriptions",
         f"/v1/subscriptions/{subscription['id']}",
         f"/v1/profiles/{pid}/webhook-endpoints", f"/v1/webhook-endpoints/{hook['id']}",
-        f"/v1/free-busy?start={tomorrow}T00:00:00Z&end={tomorrow}T12:00:00Z",
+        f"/v1/free-busy?start={tomorrow}T00:00:00Z&end={tomorrow}T12:00:00Z", "/v1/context",
         # error paths
         "/v1/events/evt_doesnotexist0000000000000", "/v1/profiles/nonsense",
         "/v1/events?limit=0", "/v1/search?q=",

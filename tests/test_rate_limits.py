@@ -1,5 +1,5 @@
-"""Rate limits (contract §1): per consumer across REST, /graphql and MCP, per client
-address without a valid credential, shared by every process on one database.
+"""Rate limits (docs/operations.md, "Service behaviour"): per consumer across REST, /graphql and
+MCP, per client address without a valid credential, shared by every process on one database.
 
 Each test runs a service with small limits on a database of its own, so that
 its buckets never touch the session's service.
@@ -119,7 +119,7 @@ async def test_one_quota_across_rest_graphql_and_mcp(
     status, body, headers = await limited_api.post("/graphql", user, json=query)
     assert status == 200 and "errors" not in body, body
     assert _state(headers)[0] == QUOTA - 2
-    status, body, headers = await _mcp(limited_api, user, _mcp_call("listOrganizations", {}))
+    status, body, headers = await _mcp(limited_api, user, _mcp_call("getContext", {}))
     assert status == 200 and body["result"]["isError"] is False, body
     assert _state(headers)[0] == QUOTA - 3
     for _ in range(2):
@@ -127,13 +127,12 @@ async def test_one_quota_across_rest_graphql_and_mcp(
 
     # Past the limit: MCP answers the tool call with an isError result carrying the
     # envelope (tools.mdx: the model sees it), REST and GraphQL with a 429.
-    status, body, headers = await _mcp(limited_api, user, _mcp_call("listOrganizations", {}))
+    status, body, headers = await _mcp(limited_api, user, _mcp_call("getContext", {}))
     assert status == 200, body
     result = body["result"]
-    assert result["isError"] is True
-    error = result["structuredContent"]["error"]
+    assert result["isError"] is True and "structuredContent" not in result
+    error = orjson.loads(result["content"][0]["text"])["error"]
     assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
-    assert orjson.loads(result["content"][0]["text"]) == result["structuredContent"]
     assert _state(headers)[0] == 0
     status, body, headers = await limited_api.post("/graphql", user, json=query)
     assert_error(status, body, 429, "rate_limit_exceeded")

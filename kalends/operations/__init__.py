@@ -1,10 +1,10 @@
 """Every public operation, declared once. Importing this package registers them."""
 
 from kalends.operations import (  # noqa: I001
-    agenda, calendars, events, external_calendars, follows, freebusy, organizations, profiles,
-    rsvps, search, series, subscriptions, webhooks,
+    agenda, calendars, context, events, external_calendars, follows, freebusy, organizations,
+    profiles, rsvps, search, series, subscriptions, webhooks,
 )
 
-__all__ = ["agenda", "calendars", "events", "external_calendars",
+__all__ = ["agenda", "calendars", "context", "events", "external_calendars",
            "follows", "freebusy", "organizations", "profiles", "rsvps",
            "search", "series", "subscriptions", "webhooks"]

@@ -4,6 +4,7 @@ from pydantic import Field, WithJsonSchema
 
 from kalends import ids
 from kalends.agenda import DAYS_AHEAD, DAYS_BACK, DEFAULT_DAYS, MAX_CALENDARS, MAX_DAYS, MAX_ITEMS
+from kalends.operations.common import comma_separated
 from kalends.registry import Mcp, Operation, Param, register
 
 
@@ -17,7 +18,7 @@ def _any_calendar_id() -> str:
     return f"^{one}(?:,{one}){{0,{MAX_CALENDARS - 1}}}$"
 
 
-# Advertised; kalends.agenda checks them, with the contract's codes.
+# Advertised; kalends.agenda checks them, with the API's codes (docs/http.md).
 _CALENDAR_IDS = Annotated[str, WithJsonSchema({"type": "string",
                                                "pattern": _any_calendar_id()})] | None
 _DATE = Annotated[str, WithJsonSchema({"type": "string", "format": "date",
@@ -61,10 +62,11 @@ register(
             Param("timezone", "query", str | None,
                   "IANA zone of the local days; default the user's saved zone, then UTC.",
                   default=None),
-            Param("calendar_ids", "query", _CALENDAR_IDS,
-                  f"Comma-separated exact cal_ or xcal_ IDs, 1 to {MAX_CALENDARS}; default "
-                  "all of the caller's personal calendars.",
-                  default=None, variables=_calendar_ids),
+            comma_separated(Param(
+                "calendar_ids", "query", _CALENDAR_IDS,
+                f"Comma-separated exact cal_ or xcal_ IDs, 1 to {MAX_CALENDARS}; default all "
+                "of the caller's personal calendars.",
+                default=None, variables=_calendar_ids)),
             Param("detail", "query", Literal["summary", "full"],
                   "summary: titles, times, location and source; full adds descriptions.",
                   default="summary", variables=_detail),
@@ -84,13 +86,12 @@ register(
             description=(
                 "The caller's schedule over `days` (1 to 31, default 7) local days from `date` "
                 "(YYYY-MM-DD, default today) in `timezone` (default the saved zone, then UTC): "
-                "personal calendar events and subscription-synced copies, recurring ones "
-                f"expanded, sorted by start, at most {MAX_ITEMS} items. The window must lie "
-                f"within {DAYS_BACK} days back and {DAYS_AHEAD} days ahead. Reuse exact cal_ "
-                "IDs from listCalendars in calendar_ids. Check complete (false when items were "
-                "cut or expansion stopped) and warnings before relying on availability; busy "
-                "tells time blocked. occurrence_id is read-only; edit an editable item with "
-                "updateCalendarEvent using its calendar_id and event_id."
+                "personal events and subscription copies, recurring ones expanded, by start, "
+                f"at most {MAX_ITEMS} items, within {DAYS_BACK} days back and {DAYS_AHEAD} "
+                "ahead. calendar_ids: exact cal_ IDs from getContext or listCalendars. Check "
+                "complete and warnings before relying on availability; busy tells time "
+                "blocked. Edit an editable item with updateCalendarEvent (its calendar_id and "
+                "event_id)."
             ),
             read_only=True, idempotent=True,
         ),

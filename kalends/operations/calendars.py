@@ -19,22 +19,17 @@ fragment CalendarEventFields on CalendarEvent {
 """
 
 _REUSE_IDS = (
-    "calendar_id must be an exact cal_ ID as returned by listCalendars (the default calendar "
-    "has is_default true); never guess or shorten one."
+    "calendar_id: an exact cal_ ID from getContext or listCalendars (the default calendar has "
+    "is_default true), never guessed."
 )
 _PAGINATED = "Paginated: pass next_cursor as cursor while has_more is true."
 _TIME_HELP = (
-    "Times: start_time is a local time such as 2026-03-08T19:30 interpreted in "
-    "start_timezone (an IANA zone, required); an explicit offset is accepted only if the zone "
-    "has it then. end_time travels with end_timezone; with no end the event is a point in "
-    "time. All-day events send is_all_day true, start_date (YYYY-MM-DD) and start_timezone, "
-    "with an optional exclusive end_date. recurrence_rule is one RRULE, e.g. "
-    "FREQ=WEEKLY;BYDAY=TU, expanded in start_timezone."
+    "start_time is a local time, e.g. 2026-03-08T19:30, in start_timezone (IANA, required; "
+    "an offset, if sent, must be the zone's); end_time likewise in end_timezone (no end: a "
+    "point in time). All-day: is_all_day true, start_date, start_timezone and an optional "
+    "exclusive end_date. recurrence_rule: one RRULE, e.g. FREQ=WEEKLY;BYDAY=TU."
 )
-_READ_ONLY = (
-    "Events synced from a subscription are read-only (409 calendar_event_read_only): change "
-    "them at the source profile, or unsubscribe to remove them."
-)
+_READ_ONLY = "Subscription copies are read-only (calendar_event_read_only)."
 
 register(
     Operation(
@@ -53,9 +48,9 @@ register(
         mcp=Mcp(
             title="List my calendars",
             description=(
-                "List the caller's personal calendars, oldest first; the one created with the "
-                "account has is_default true. Use the exact cal_ IDs it returns in every other "
-                "calendar tool and in getAgenda's calendar_ids. " + _PAGINATED
+                "List the caller's personal calendars, oldest first; the default one has "
+                "is_default true. Use the exact cal_ IDs it returns in the other calendar "
+                "tools and getAgenda. " + _PAGINATED
             ),
             read_only=True, idempotent=True,
         ),
@@ -130,9 +125,8 @@ register(
         mcp=Mcp(
             title="Create a calendar event",
             description=(
-                "Create a personal event (cev_ ID) in one of the caller's calendars; distinct "
-                "from createEvent, which publishes on a profile. " + _REUSE_IDS + " "
-                + _TIME_HELP
+                "Create a personal event (cev_ ID) in one of the caller's calendars "
+                "(createProfileEvent publishes on a profile). " + _REUSE_IDS + " " + _TIME_HELP
             ),
         ),
     ),
@@ -181,8 +175,8 @@ register(
             title="Update a calendar event",
             description=(
                 "Change a personal calendar event; send only the fields to change. Moving the "
-                "start without an end keeps the stored end; a start at or after it is "
-                "invalid_time_range. " + _READ_ONLY + " " + _REUSE_IDS
+                "start alone keeps the stored end (a start at or after it is "
+                "invalid_time_range). " + _READ_ONLY + " " + _REUSE_IDS
             ),
             idempotent=True,
         ),
@@ -205,8 +199,7 @@ register(
         mcp=Mcp(
             title="Delete a calendar event",
             description=(
-                "Delete a personal calendar event permanently. " + _READ_ONLY + " "
-                + _REUSE_IDS
+                "Delete a personal calendar event for good. " + _READ_ONLY + " " + _REUSE_IDS
             ),
             destructive=True,
         ),

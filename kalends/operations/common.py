@@ -25,3 +25,18 @@ PAGE_ARGUMENTS = "limit: $limit, cursor: $cursor"
 
 def path_id(name: str, prefix: str, what: str) -> Param:
     return Param(name, "path", id_of(prefix), f"The {what}'s ID ({prefix}_...).")
+
+
+_COMMA_SEPARATED: list[Param] = []
+
+
+def comma_separated(param: Param) -> Param:
+    """`param`, marked as a list REST takes comma-separated: MCP takes a JSON array of
+    strings for it too (docs/mcp.md, "Arguments")."""
+    _COMMA_SEPARATED.append(param)
+    return param
+
+
+def is_comma_separated(param: Param) -> bool:
+    # By identity: a Param's annotation may hold unhashable schema dicts.
+    return any(param is marked for marked in _COMMA_SEPARATED)

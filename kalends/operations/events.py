@@ -13,7 +13,13 @@ from kalends.events import (
     ProfileEventCreate,
     parse_expand,
 )
-from kalends.operations.common import PAGE, PAGE_ARGUMENTS, PAGE_VARIABLES, path_id
+from kalends.operations.common import (
+    PAGE,
+    PAGE_ARGUMENTS,
+    PAGE_VARIABLES,
+    comma_separated,
+    path_id,
+)
 from kalends.operations.profiles import PROFILE_FIELDS, PROFILE_ID
 from kalends.registry import Mcp, Operation, Param, register
 
@@ -26,8 +32,8 @@ _EXPAND_DESCRIPTION = (
 _EXPAND_TYPE = Annotated[
     str, Field(min_length=1, max_length=200), WithJsonSchema({
         "type": "string", "pattern": EXPAND_PATTERN})] | None
-EXPAND = Param("expand", "query", _EXPAND_TYPE, _EXPAND_DESCRIPTION, default=None,
-               variables=parse_expand)
+EXPAND = comma_separated(Param("expand", "query", _EXPAND_TYPE, _EXPAND_DESCRIPTION,
+                               default=None, variables=parse_expand))
 
 
 def _checked_only(value: str | None) -> dict[str, bool]:
@@ -35,8 +41,8 @@ def _checked_only(value: str | None) -> dict[str, bool]:
     return {}
 
 
-EXPAND_NO_BODY = Param("expand", "query", _EXPAND_TYPE, _EXPAND_DESCRIPTION, default=None,
-                       variables=_checked_only)
+EXPAND_NO_BODY = comma_separated(Param("expand", "query", _EXPAND_TYPE, _EXPAND_DESCRIPTION,
+                                       default=None, variables=_checked_only))
 
 SERIES_FIELDS = """
 fragment SeriesFields on Series {
@@ -77,11 +83,10 @@ fragment EventExpansions on Event {{
 _EXPAND_VARIABLES = ", ".join(f"$expand_{name}: Boolean! = false" for name in EXPANDABLE)
 
 _TIME_HELP = (
-    "Times: start_time is a local time such as 2026-03-08T19:30 interpreted in "
-    "start_timezone (an IANA zone, required); an explicit offset is accepted only if the zone "
-    "has it then. end_time travels with end_timezone. All-day events send is_all_day true, "
-    "start_date (YYYY-MM-DD) and start_timezone, with an optional exclusive end_date. "
-    "recurrence_rule is one RRULE, e.g. FREQ=WEEKLY;BYDAY=TU, expanded in start_timezone."
+    "start_time is a local time, e.g. 2026-03-08T19:30, in start_timezone (IANA, required; "
+    "an offset, if sent, must be the zone's); end_time likewise in end_timezone. All-day: "
+    "is_all_day true, start_date, start_timezone and an optional exclusive end_date. "
+    "recurrence_rule: one RRULE, e.g. FREQ=WEEKLY;BYDAY=TU."
 )
 
 register(
@@ -177,11 +182,10 @@ register(
             title="Update an event",
             description=(
                 "Change fields of an event the caller administers; omitted fields stay. "
-                "start_time goes with start_timezone and end_time with end_timezone; a zone "
-                "change never cascades. Moving the start without an end keeps the stored end; "
-                "a start at or after it is invalid_time_range (rescheduleEvent keeps the "
-                "duration instead). A cancelled event cannot be changed: reschedule it. "
-                "Cancellation cannot be set here: use cancelEvent."
+                "start_time goes with start_timezone, end_time with end_timezone. Moving the "
+                "start alone keeps the stored end (a start at or after it is "
+                "invalid_time_range); rescheduleEvent keeps the duration instead. A cancelled "
+                "event cannot be changed: reschedule it. To cancel, use cancelEvent."
             ),
             idempotent=True,
         ),
@@ -302,8 +306,8 @@ register(
         mcp=Mcp(
             title="Create an event on a profile",
             description=(
-                "Create an event on the profile given by profile_id (prf_ ID), which the "
-                "caller must administer. " + _TIME_HELP
+                "Create an event on the profile profile_id (a prf_ ID from getContext), "
+                "which the caller administers. " + _TIME_HELP
             ),
         ),
     ),

@@ -3,7 +3,7 @@ from typing import Annotated
 from pydantic import Field
 
 from db.search import KINDS
-from kalends.operations.common import PAGE, PAGE_ARGUMENTS, PAGE_VARIABLES
+from kalends.operations.common import PAGE, PAGE_ARGUMENTS, PAGE_VARIABLES, comma_separated
 from kalends.registry import Mcp, Operation, Param, register
 from kalends.search import MAX_QUERY_LENGTH, split_types
 
@@ -12,11 +12,11 @@ Q = Param(
     f"Search text, 1 to {MAX_QUERY_LENGTH} characters, in web-search syntax: words, "
     '"an exact phrase", `or`, `-excluded`. The last word also matches as a prefix.',
 )
-TYPE = Param(
+TYPE = comma_separated(Param(
     "type", "query", Annotated[str, Field(min_length=1, max_length=64)] | None,
     f"Comma-separated kinds to search, any of {', '.join(KINDS)}; all when omitted.",
     default=None, variables=split_types,
-)
+))
 
 register(
     Operation(
@@ -40,15 +40,12 @@ register(
         mcp=Mcp(
             title="Search events, profiles and series",
             description=(
-                "Full-text search over the events, profiles and series visible to the caller. "
-                "q is search-box text: words (all must match), \"an exact phrase\", `or`, "
-                "`-word` to exclude; the last word also matches as a prefix, so a partial word "
-                "works. type narrows the kinds, comma-separated: event, profile, series. Each "
-                "item has type and id (evt_, prf_ or ser_: fetch details with getEvent, "
-                "getProfile or getSeries), title, rank and profile_handle. Best matches first "
-                "(rank descending). Paginated: while has_more is true, call again with the "
-                "same q and type and cursor set to next_cursor; a cursor works only with the "
-                "q and type it came from."
+                "Full-text search over the events, profiles and series visible to the caller, "
+                "best first. q: words (all must match), \"an exact phrase\", `or`, `-word`; "
+                "the last word also matches as a prefix. type: the kinds, event, profile, "
+                "series. Each item has type, id (evt_, prf_ or ser_: details with getEvent, "
+                "getProfile or getSeries), title, rank and profile_handle. Paginated: while "
+                "has_more, call again with the same q and type and cursor=next_cursor."
             ),
             read_only=True, idempotent=True,
         ),

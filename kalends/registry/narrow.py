@@ -1,12 +1,14 @@
 """An operation's document narrowed to the fields a caller asks for (MCP's `fields`,
-contract §8): what an agent pays for is context, and every tool is a GraphQL document,
+docs/mcp.md): what an agent pays for is context, and every tool is a GraphQL document,
 so the answer can hold exactly the resource's fields it needs.
 
 The resource is what the operation answers: its REST body when that is an object with
 an `id` (a get, a create, an update), or the items of its page (`data` of a body with
 `data`, `has_more` and `next_cursor`). Narrowing keeps, in the resource's selection,
 the top-level fields asked for and `id`, each with its whole sub-selection, and drops
-the rest (fragments inlined at that level, unused ones dropped). A narrowed document is
+the rest (fragments inlined at that level, unused ones dropped). The local times an
+agent reads (`local_start_time`, `local_end_time`: docs/mcp.md, "Local times"), which no
+REST document selects, are added at that level when asked for. A narrowed document is
 compiled into a plan once and kept, per operation and set of fields, a bounded number
 of them.
 """
@@ -23,8 +25,10 @@ from graphql import (
     FieldNode,
     FragmentDefinitionNode,
     FragmentSpreadNode,
+    GraphQLObjectType,
     GraphQLSchema,
     InlineFragmentNode,
+    NameNode,
     Node,
     OperationDefinitionNode,
     SelectionSetNode,
@@ -40,6 +44,8 @@ from kalends.errors import ApiError
 
 MAX_PLANS = 512
 """Narrowed plans kept, over every operation (the least recently used go first)."""
+LOCAL_TIMES = ("local_start_time", "local_end_time")
+"""Fields an agent's answer adds to a resource whose GraphQL type has them."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,8 @@ class Resource:
     page: bool
     fields: tuple[str, ...]
     """Its top-level fields, in the document's order."""
+    conditional: frozenset[str] = frozenset()
+    """Those the document selects only when asked (`@include`: an `expand`)."""
 
 
 def resource(response_schema: dict[str, Any] | None, result: str | None) -> Resource | None:
@@ -63,11 +71,30 @@ def resource(response_schema: dict[str, Any] | None, result: str | None) -> Reso
     if {"data", "has_more", "next_cursor"} <= set(properties):
         items = properties["data"].get("items", {})
         if "id" in items.get("properties", {}):
-            return Resource((*path, "data"), True, tuple(items["properties"]))
+            return Resource((*path, "data"), True, *_fields(items))
         return None
     if "id" in properties:
-        return Resource(path, False, tuple(properties))
+        return Resource(path, False, *_fields(response_schema))
     return None
+
+
+def _fields(schema: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """An object schema's properties, and those it does not require: the registry
+    requires every field a document selects unconditionally."""
+    names = tuple(schema["properties"])
+    return names, frozenset(names) - frozenset(schema.get("required", ()))
+
+
+def with_local_times(found: Resource, response_schema: dict[str, Any], schema: GraphQLSchema
+                     ) -> Resource:
+    """The resource as an agent reads it: with the local times its GraphQL type has (the
+    type the response schema's resource is titled with)."""
+    target = response_schema["properties"]["data"]["items"] if found.page else response_schema
+    gtype = schema.get_type(str(target.get("title", "")))
+    if not isinstance(gtype, GraphQLObjectType):
+        return found
+    added = tuple(n for n in LOCAL_TIMES if n in gtype.fields and n not in found.fields)
+    return Resource(found.path, found.page, found.fields + added, found.conditional)
 
 
 def check(found: Resource, fields: Any) -> frozenset[str]:
@@ -95,6 +122,10 @@ class Narrowed:
 
     def __len__(self) -> int:
         return len(self._plans)
+
+    @property
+    def schema(self) -> GraphQLSchema:
+        return self._schema
 
     def plan(self, name: str, document: str, found: Resource, fields: frozenset[str]) -> Plan:
         key = (name, fields)
@@ -150,7 +181,13 @@ def _narrowed(selection: SelectionSetNode, path: list[str], keep: frozenset[str]
               fragments: dict[str, FragmentDefinitionNode]) -> SelectionSetNode:
     found = fields(selection, fragments)
     if not path:
-        return SelectionSetNode(selections=tuple(f for f in found if _key(f) in keep))
+        kept = [f for f in found if _key(f) in keep]
+        present = {_key(f) for f in kept}
+        # The local times no document selects, when asked for (the type has them:
+        # the plan's compilation checks).
+        kept += [FieldNode(name=NameNode(value=n), arguments=(), directives=())
+                 for n in LOCAL_TIMES if n in keep and n not in present]
+        return SelectionSetNode(selections=tuple(kept))
     out = []
     for node in found:
         if _key(node) == path[0]:
