@@ -1,5 +1,5 @@
-"""The dashboard graph (contract §15) on 100,000 events: one `kalends serve` process,
-three request kinds measured A B C A B C, one request at a time.
+"""The dashboard graph (docs/graphql.md, "The dashboard graph") on 100,000 events: one `kalends
+serve` process, three request kinds measured A B C A B C, one request at a time.
 
     python bench/dashboard.py [--quick] [--events 100000] [--profiles 20]
                               [--summary_events 5000] [--summary_rsvps 50000]

@@ -1,5 +1,6 @@
-"""One user's flood of occurrences against everyone else (contract §1 and §13): bounded
-expansion, and an event loop that other requests still reach. One `kalends serve` process.
+"""One user's flood of occurrences against everyone else (docs/api-choices.md, "Bounded work"):
+bounded expansion, and an event loop that other requests still reach. One `kalends serve`
+process.
 
     python bench/flood.py [--items 900] [--rounds 2] [--requests 40] [--warmup 4]
                           [--probes 200] [--heavy 4]

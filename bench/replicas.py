@@ -1,4 +1,4 @@
-"""Reads from a streaming replica (contract §16): how many reads it takes, what
+"""Reads from a streaming replica (docs/scaling.md, "Read replicas"): how many reads it takes, what
 read-your-writes costs, and whether anyone ever reads an older state than their own.
 
     python bench/replicas.py [--users 20] [--events 20] [--rounds 2] [--requests 2000]

@@ -1,5 +1,6 @@
-"""One key's 1,000 subscriptions on one `kalends serve` process (contract §14): how long a
-change takes to reach all of them, and what they cost the writes, A B A B.
+"""One key's 1,000 subscriptions on one `kalends serve` process (docs/graphql.md,
+"Dashboards: `/graphql`"): how long a change takes to reach all of them, and what they cost the
+writes, A B A B.
 
     python bench/sockets.py [--subscriptions 1000] [--changes 60] [--rounds 2]
 

@@ -243,9 +243,9 @@ async def lock(tx: Tx, event_id: str) -> asyncpg.Record | None:
     Every change to an existing event (PATCH, cancel, reschedule, delete, its
     RSVP settings) and every RSVP write takes it first and decides on what it
     reads here, not on a row read before the transaction: changes to one event
-    run one after another, each seeing the one before it (contract §1), and RSVP
-    capacity is checked against a count no one else is changing. A lock that
-    waited for a delete finds no row."""
+    run one after another, each seeing the one before it (docs/api-choices.md, "Events, RSVPs
+    and series"), and RSVP capacity is checked against a count no one else is changing. A lock
+    that waited for a delete finds no row."""
     return await tx.fetchrow(f"SELECT {_COLUMNS} FROM events e WHERE e.id = $1 FOR UPDATE",
                              event_id)
 

@@ -1,4 +1,4 @@
-"""Reads from streaming replicas (contract §16), with read-your-writes per user.
+"""Reads from streaming replicas (docs/scaling.md, "Read replicas"), with read-your-writes per user.
 
 `Reads` holds a pool per replica and a background check of each one: reachable or
 not, how far it has replayed (`pg_last_wal_replay_lsn()`), and how far behind the

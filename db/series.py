@@ -106,7 +106,8 @@ async def deletion_counts(db: Database | Tx, series_id: str) -> asyncpg.Record:
 
 async def lock(tx: Tx, series_id: str) -> bool:
     """Lock the series row until `tx` ends; False once it is deleted. A change
-    decided on it then sees every change that committed before it (contract §1)."""
+    decided on it then sees every change that committed before it (docs/api-choices.md, "Events,
+    RSVPs and series")."""
     return await tx.fetchval("SELECT true FROM series WHERE id = $1 FOR UPDATE",
                              series_id) is not None
 

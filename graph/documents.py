@@ -148,7 +148,8 @@ class Documents:
 
     async def load(self, text: str) -> Document:
         """`get`, with a document not kept yet parsed and validated beside the event
-        loop (contract §1): validating a few kilobytes of document takes milliseconds."""
+        loop (docs/api-choices.md, "Bounded work"): validating a few kilobytes of document takes
+        milliseconds."""
         document = self._by_text.get(text)
         if document is None:
             made = await cpu.run(Document, self.schema, text,

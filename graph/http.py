@@ -1,4 +1,4 @@
-"""`/graphql` for internal dashboards (contract §14).
+"""`/graphql` for internal dashboards (docs/graphql.md, "Dashboards: `/graphql`").
 
 `POST` runs a document with the same API keys as REST, through the cache of
 graph/documents.py: parsed, validated and compiled once, then run as a plan,

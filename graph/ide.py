@@ -1,4 +1,4 @@
-"""GraphiQL at `GET /graphql` for browsers (contract §14).
+"""GraphiQL at `GET /graphql` for browsers (docs/graphql.md, "Dashboards: `/graphql`").
 
 Everything the page loads comes from the service itself, from the files the
 package carries in graph/graphiql/ (pinned builds from npm, listed with their

@@ -1,5 +1,5 @@
-"""The dashboard graph's fields (contract §15): the lists under each object, an
-event's occurrences and a profile's RSVP summary. Each list has the visibility of
+"""The dashboard graph's fields (docs/graphql.md, "The dashboard graph"): the lists under each
+object, an event's occurrences and a profile's RSVP summary. Each list has the visibility of
 the REST read that lists the same things; the rules are the ones those reads
 use, and what is new is decided in `kalends.dashboard`."""
 

@@ -1,5 +1,5 @@
-"""GraphQL subscriptions (contract §14): a profile's event changes and an event's
-RSVP stats, as they commit in any process (kalends/notify/changes.py); served
+"""GraphQL subscriptions (docs/graphql.md, "Dashboards: `/graphql`"): a profile's event changes
+and an event's RSVP stats, as they commit in any process (kalends/notify/changes.py); served
 over WebSocket by graph/ws.py.
 
 Who may subscribe is who may read. `event_changes` is for those who administer the

@@ -1,4 +1,5 @@
-"""Scalars with the contract's wire format (RFC 3339, UTC, `Z`, whole seconds)."""
+"""Scalars in the API's wire format (RFC 3339, UTC, `Z`, whole seconds; docs/http.md, "HTTP
+conventions")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Subscriptions over WebSocket at `/graphql` (contract §14), in the
+"""Subscriptions over WebSocket at `/graphql` (docs/graphql.md, "Dashboards: `/graphql`"), in the
 `graphql-transport-ws` protocol (the `graphql-ws` library's PROTOCOL.md).
 
 The upgrade itself takes no key; the client sends it in `connection_init`,
@@ -12,7 +12,7 @@ own, anything else masked (and logged as a bug).
 Sockets close with 1001 (going away) when the service drains or stops
 (`kalends.web.draining`), so none holds a graceful stop back.
 
-A socket lives no longer than its key (contract §14). Revoking a key
+A socket lives no longer than its key. Revoking a key
 (`kalends admin revoke-key`) announces its hash on `db.accounts.KEYS_CHANNEL` as it
 commits; each process's `Registry` listens there and closes the key's sockets with
 4403. Every `subscribe` re-checks the key and is charged to its consumer's rate limit
@@ -101,7 +101,8 @@ _WATCHES = Gauge("kalends_change_feed_watches",
 
 @dataclass(frozen=True)
 class Limits:
-    """How many sockets and subscriptions a key may hold (contract §14)."""
+    """How many sockets and subscriptions a key may hold (docs/graphql.md, "Dashboards:
+    `/graphql`")."""
 
     sockets_per_key: int = SOCKETS_PER_KEY
     subscriptions_per_key: int = SUBSCRIPTIONS_PER_KEY

@@ -22,7 +22,8 @@ from kalends.errors import AdminError
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _HANDLE = re.compile(r"^[A-Za-z0-9_.-]{3,64}$")
 CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-"""Contract §6; the database checks the same pattern."""
+"""A consumer's name (docs/http.md, "Authentication and accounts"); the database checks the same
+pattern."""
 ROLES = ("owner", "admin", "member")
 _SHOWN_KEY_CHARACTERS = len(KEY_PREFIX) + 6
 """How much of a key `list-keys` shows (its `prefix`): enough to tell a user's keys

@@ -1,5 +1,5 @@
 """CPU-bound work (recurrence expansion, iCalendar rendering) beside the event loop,
-so that no request waits for another's computing (contract §1).
+so that no request waits for another's computing (docs/api-choices.md, "Bounded work").
 
 Python threads share one interpreter lock, so more threads never compute faster; what
 they cost is the event loop's turn at the lock. Each time the loop comes back from

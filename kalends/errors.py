@@ -1,8 +1,8 @@
 """The one typed error every layer raises, and the catalogue of its codes.
 
-Domain modules raise `ApiError`; the REST bridge renders it as the contract's
-envelope, the MCP bridge as an `isError` tool result, and GraphQL carries it in
-`extensions` (graphql-core copies `original_error.extensions`).
+Domain modules raise `ApiError`; the REST bridge renders it as the error
+envelope (docs/http.md, "Errors"), the MCP bridge as an `isError` tool result, and GraphQL
+carries it in `extensions` (graphql-core copies `original_error.extensions`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-# code -> (type, HTTP status). Contract §3: status follows the type, with the
+# code -> (type, HTTP status). docs/http.md, "Errors": status follows the type, with the
 # listed exceptions spelled out here so no transport decides it.
 _CODES: dict[str, tuple[str, int]] = {
     "invalid_json": ("invalid_request_error", 400),

@@ -107,7 +107,7 @@ class EventReschedule(Body, json_schema_extra=times.RESCHEDULE_FIELD_RULES):
 
 
 # ---------------------------------------------------------------------------
-# expand (contract section 5)
+# expand (docs/api-choices.md, "Events, RSVPs and series")
 
 
 _EXPAND_NAME = "(?:" + "|".join(EXPANDABLE) + ")"
@@ -282,7 +282,8 @@ async def delete(db: Database, row: asyncpg.Record, render: webhooks.Render) -> 
 async def _transition(db: Database, row: asyncpg.Record,
                       write: Callable[[Tx, asyncpg.Record], Awaitable[None]],
                       render: webhooks.Render, event_type: webhooks.EventType) -> None:
-    """A change to an existing event, decided at commit (contract §1).
+    """A change to an existing event, decided at commit (docs/api-choices.md, "Events, RSVPs and
+    series").
 
     `row` is the event as the caller's permission was checked on. The change
     itself decides on the row as it stands, locked in its own transaction

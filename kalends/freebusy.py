@@ -1,5 +1,5 @@
-"""Free/busy and meeting times (contract §13): when the caller, and the people
-they share an organization with, are busy, and when all of them are free.
+"""Free/busy and meeting times (docs/api-choices.md, "Free/busy and meeting times"): when the
+caller, and the people they share an organization with, are busy, and when all of them are free.
 
 Busy time comes from what the agenda reads and how it expands it
 (`kalends.agenda`, `kalends.connected.occurrences`): occurrences in personal
@@ -419,7 +419,7 @@ async def _read(
 
 
 def _person(email: str, busy: list[Interval] | None) -> Person:
-    # None: the person's time passed the work bound (contract §13).
+    # None: the person's time passed the work bound (10,000 occurrences).
     return Person(email, [], EXPANSION_LIMIT) if busy is None else Person(email, busy, None)
 
 

@@ -1,4 +1,4 @@
-"""Prefixed resource identifiers: `prefix_` + 32 hex digits (contract §1)."""
+"""Prefixed resource identifiers: `prefix_` + 32 hex digits (docs/http.md, "HTTP conventions")."""
 
 from __future__ import annotations
 

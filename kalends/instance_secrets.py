@@ -1,7 +1,7 @@
 """Per-deployment secrets: the key cursors are signed with (`cursor`) and the
 consent page's CSRF key (`oauth_csrf`), one of each shared by every process.
 
-They are sealed with the service key (contract §9: `KALENDS_SECRET_KEY`, else
+They are sealed with the service key (`KALENDS_SECRET_KEY`, else
 the key file in `KALENDS_DATA_DIR`; kalends/connected/vault.py) like every
 other secret, so that a backup of the database carries none of them in clear.
 

@@ -9,8 +9,8 @@ therefore the address connected to; there is no window for DNS rebinding
 between a check and the connection. IP-literal hosts, which aiohttp does not
 pass to the resolver, are checked by `_GuardedConnector` against the same rule.
 
-Connected accounts (contract §9) add one exception and one rule: the account's
-own origin, which the operator chose, may be private or loopback; any other
+Connected accounts (docs/api-choices.md, "Connected calendars") add one exception and one rule:
+the account's own origin, which the operator chose, may be private or loopback; any other
 destination must be an https origin of the same registrable domain, and is
 then held to the public-address rule. `AccountOrigins` decides by URL before
 anything is sent (redirects included, one hop at a time); the connector of
@@ -292,7 +292,7 @@ async def fetch_json(session: aiohttp.ClientSession, url: str, *, max_bytes: int
         raise OutboundError("the body is not valid JSON") from exc
 
 
-# -- connected accounts (contract §9) ------------------------------------------------------
+# -- connected accounts (docs/api-choices.md, "Connected calendars") ----------------------
 
 # The (host, port) pairs that the request being made may reach at any address:
 # the account's own origins. Set by `AccountOrigins.trusting` around requests;
@@ -363,9 +363,9 @@ class Hop:
 
 
 class AccountOrigins:
-    """Where one connected account's traffic may go (contract §9): the origins
-    of the account's URLs (for CalDAV, the URL it was connected with; for the
-    OAuth providers, the configured API and token endpoints), at whatever
+    """Where one connected account's traffic may go (docs/api-choices.md, "Connected
+    calendars"): the origins of the account's URLs (for CalDAV, the URL it was connected with;
+    for the OAuth providers, the configured API and token endpoints), at whatever
     address they resolve to; and any other https origin of the same registrable
     domain, at public addresses only. Nothing else is sent anything."""
 

@@ -1,5 +1,5 @@
-"""Rate limits (contract §1): a GCRA bucket per consumer, and per client address
-for requests without a valid credential.
+"""Rate limits (docs/operations.md, "Service behaviour"): a GCRA bucket per consumer, and per
+client address for requests without a valid credential.
 
 The buckets live in PostgreSQL (`db/ratelimits.py`), so every `kalends serve`
 process and machine of a deployment shares them. A policy of `q` requests per

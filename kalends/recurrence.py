@@ -170,7 +170,8 @@ class Expansion:
 
 
 MAX_OCCURRENCES = 10_000
-"""Occurrences one request may expand (per person for free/busy; contract §13)."""
+"""Occurrences one request may expand (per person for free/busy; docs/api-choices.md, "Bounded
+work")."""
 REQUEST_WORK = 150_000
 """Work units one request may spend walking rules (per person for free/busy): about
 0.15 s of dateutil on the bench machine, whatever the rules and however many rows."""

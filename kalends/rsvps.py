@@ -3,8 +3,8 @@
 Capacity holds under concurrency because every RSVP write first locks its
 event's row (`db.events.lock`): the writes to one event run one after another,
 each counting attendees no one else is changing, and each decides on the event
-and the RSVP as they stand under that lock (contract §1): an event deleted or
-cancelled meanwhile, or an RSVP withdrawn meanwhile, answers as if the other
+and the RSVP as they stand under that lock (docs/api-choices.md, "Events, RSVPs and series"): an
+event deleted or cancelled meanwhile, or an RSVP withdrawn meanwhile, answers as if the other
 change had come first.
 """
 

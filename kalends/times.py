@@ -6,7 +6,7 @@ Every transport hands the fields the client actually sent (absent keys = not
 sent) to `resolve_create`, `resolve_update` or `resolve_reschedule` and stores
 the `EventTimes` they return. All tz arithmetic is zoneinfo's; this module only
 decides which of zoneinfo's answers a wall-clock time has (none in a gap, two in
-a fold) and reports them in the contract's error details.
+a fold) and reports them in the error's details (docs/http.md, "Errors").
 """
 
 from __future__ import annotations
@@ -246,9 +246,9 @@ def resolve_update(current: EventTimes, changes: Mapping[str, Any]) -> EventTime
     `start_timezone` never changes `end_timezone`. `end_time: null` alone
     removes the end.
 
-    Contract: a PATCH changes exactly the fields it is sent. A start moved with
-    no end sent keeps the stored end (`end_time`, or `end_date` of an all-day
-    event), and a start moved onto or past it is `invalid_time_range`; an event
+    A PATCH changes exactly the fields it is sent (docs/api-choices.md, "Events, RSVPs and
+    series"). A start moved with no end sent keeps the stored end (`end_time`, or `end_date` of
+    an all-day event), and a start moved onto or past it is `invalid_time_range`; an event
     with no end stays a point in time. An all-day event made timed keeps its
     end instant, its last midnight. A timed event made all-day has no end date
     to keep, so without `end_date` it lasts one day, as on create.
@@ -477,7 +477,7 @@ def _all_day(
             param=range_param,
             details={"start": start_date.isoformat(), "end": end_date.isoformat()},
         )
-    # Contract: both ends are midnights in start_timezone, whatever end_timezone says.
+    # Both ends are midnights in start_timezone, whatever end_timezone says.
     return EventTimes(
         is_all_day=True,
         start_time=local_midnight(start_date, tz, param="start_date"),
@@ -752,8 +752,9 @@ def _in_utc(instant: datetime) -> datetime:
 
 
 def utc_text(instant: datetime) -> str:
-    """The contract's timestamp: RFC 3339 in UTC, `Z`, whole seconds, and always a
-    four-digit year (isoformat pads it; strftime's `%Y` does not on glibc)."""
+    """A timestamp as answers write it (docs/http.md, "HTTP conventions"): RFC 3339 in UTC, `Z`,
+    whole seconds, and always a four-digit year (isoformat pads it; strftime's `%Y` does not on
+    glibc)."""
     return _in_utc(instant).replace(tzinfo=None, microsecond=0).isoformat() + "Z"
 
 

@@ -1,5 +1,5 @@
 """Pydantic models are the one declaration of every request's shape; this module
-turns their errors into the contract's codes, whichever transport asked."""
+turns their errors into the API's codes (docs/http.md, "Errors"), whichever transport asked."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def document() -> dict[str, Any]:
             "schemas": dict(sorted(schemas.items())),
             "responses": {
                 "Error": {
-                    "description": "An error, in the contract's envelope.",
+                    "description": "An error, in the API's envelope (docs/http.md, \"Errors\").",
                     "headers": {"X-Request-Id": {"schema": {"type": "string"}}},
                     "content": {"application/json": {
                         "schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}},

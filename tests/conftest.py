@@ -270,7 +270,8 @@ async def api(live_server: LiveServer) -> Any:
 
 def assert_error(status: int, body: Any, expected_status: int, code: str,
                  param: str | None = None) -> dict[str, Any]:
-    """The contract's envelope, exactly: no other keys, the status its type implies."""
+    """The error envelope (docs/http.md, "Errors"), exactly: no other keys, the status its type
+    implies."""
     assert status == expected_status, body
     assert set(body) == {"error"}, body
     error = body["error"]

@@ -1,6 +1,6 @@
-"""What the differential iCalendar tests share (contract §12): generated events,
-the agenda's occurrences of them (the reference), and the same occurrences as
-two independent readers compute them from what Kalends wrote: Mozilla's ical.js
+"""What the differential iCalendar tests share (docs/api-choices.md, "ICS feeds and attendee
+e-mail"): generated events, the agenda's occurrences of them (the reference), and the same
+occurrences as two independent readers compute them from what Kalends wrote: Mozilla's ical.js
 (tests/icaljs.py, which reads the VTIMEZONEs written) and `icalendar` +
 `recurring-ical-events`.
 

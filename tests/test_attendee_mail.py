@@ -1,6 +1,6 @@
-"""Attendee e-mail (contract §11, iMIP): a real SMTP server (aiosmtpd) on loopback
-receives what a cancel or reschedule sends; each message is parsed with the
-standard `email` package and `icalendar`, as a mail client and a calendar would."""
+"""Attendee e-mail (iMIP; docs/api-choices.md, "ICS feeds and attendee e-mail"): a real SMTP
+server (aiosmtpd) on loopback receives what a cancel or reschedule sends; each message is parsed
+with the standard `email` package and `icalendar`, as a mail client and a calendar would."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`kalends admin` (contract §7) as operators run it: a real process, one JSON object on stdout.
+"""`kalends admin` (docs/operations.md, "Operator commands, backup and restore") as operators run
+it: a real process, one JSON object on stdout.
 
 Every command runs as `python -m kalends admin ...` against the session's test
 database (`DATABASE_URL`), and its effect is checked through the live service
@@ -196,7 +197,7 @@ async def test_create_user_makes_default_organization_and_calendar(
     assert (row["email"], row["display_name"], row["timezone"], row["is_default"]) == (
         created["email"], "Alice Admin", "Europe/Berlin", True)
     assert calendars == 1
-    # Shown once, stored only as a hash (contract §6).
+    # Shown once, stored only as a hash (docs/http.md, "Authentication and accounts").
     assert keys >= 1 and plaintext == 0
 
 
@@ -263,7 +264,8 @@ async def test_organization_and_members_with_each_role(
                           "is_default": False}
 
     members = {role: live_server.create_user() for role in ("owner", "admin", "member")}
-    # One ID given in upper case: IDs are matched case-insensitively (contract §1).
+    # One ID given in upper case: IDs are matched case-insensitively (docs/http.md, "HTTP
+    # conventions").
     given = {"owner": org_id, "admin": org_id, "member": org_id.upper()}
     results = run_many(database_url, [
         ("add-member", "--organization", given[role], "--email", member.email, "--role", role)

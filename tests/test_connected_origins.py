@@ -1,5 +1,5 @@
-"""Where connected-account traffic may go (contract §9), for CalDAV, Google and
-Microsoft alike: the account's own origin, or another https origin of its
+"""Where connected-account traffic may go (docs/api-choices.md, "Connected calendars"), for
+CalDAV, Google and Microsoft alike: the account's own origin, or another https origin of its
 registrable domain at public addresses; an href, a link or a redirect anywhere
 else is not followed. Provider XML is parsed without entities.
 

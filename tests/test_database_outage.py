@@ -375,7 +375,7 @@ class Writers:
         tool, arguments = (("createProfile", profile) if kind == "mcp_profile"
                            else ("createEventRsvp", {"event_id": event_id, **rsvp}))
         headers.update({"MCP-Protocol-Version": _MCP_VERSION, "Mcp-Method": "tools/call",
-                        "Mcp-Name": tool})
+                        "Mcp-Name": tool, "X-MCP-Toolsets": "all"})
         meta = {"io.modelcontextprotocol/protocolVersion": _MCP_VERSION,
                 "io.modelcontextprotocol/clientCapabilities": {},
                 "io.modelcontextprotocol/clientInfo": {"name": "outage", "version": "1"}}
@@ -411,8 +411,8 @@ def _error_code(status: int, raw: bytes) -> str | None:
     if "jsonrpc" in answer:
         if "error" in answer:  # refused before the tool ran: the envelope's error is its data
             return str(answer["error"].get("data", {}).get("code", "rpc"))
-        if answer["result"].get("isError"):
-            return str(answer["result"]["structuredContent"]["error"]["code"])
+        if answer["result"].get("isError"):  # the envelope, as the one text block
+            return str(json.loads(answer["result"]["content"][0]["text"])["error"]["code"])
         return None
     return str(answer["error"]["code"]) if "error" in answer else None
 

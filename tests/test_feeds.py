@@ -1,7 +1,7 @@
-"""ICS feeds (contract §11): `GET /v1/profiles/{profile_id}/events.ics`, read by
-anyone for a public profile, checked by parsing it back with `icalendar`, by
-expanding it with `recurring-ical-events` (an independent implementation) against
-the agenda's own expansion, and through ETag and 304."""
+"""ICS feeds (docs/api-choices.md, "ICS feeds and attendee e-mail"):
+`GET /v1/profiles/{profile_id}/events.ics`, read by anyone for a public profile, checked by parsing
+it back with `icalendar`, by expanding it with `recurring-ical-events` (an independent
+implementation) against the agenda's own expansion, and through ETag and 304."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Free/busy and meeting times (contract §13) through REST: an oracle built from
-each person's own agenda (`GET /v1/agenda`) minute by minute, exact slot lists on
-DST days, visibility without an existence oracle, sources and warnings, errors,
+"""Free/busy and meeting times (docs/api-choices.md, "Free/busy and meeting times") through REST:
+an oracle built from each person's own agenda (`GET /v1/agenda`) minute by minute, exact slot
+lists on DST days, visibility without an existence oracle, sources and warnings, errors,
 and the SQL statement budget."""
 
 from __future__ import annotations
@@ -427,9 +427,6 @@ async def _check_world(live: LiveServer, world: dict[str, Any]) -> None:
         assert found["data"] == expected_slots(blocked, meeting["time_zone"], meeting)
 
 
-# The live server's job worker draws on `random` (retry jitter) in its own thread while
-# Hypothesis generates: not the strategy's doing.
-@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 @given(worlds())
 @settings(max_examples=30, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
@@ -985,7 +982,7 @@ def test_the_rules_of_merging() -> None:
 
 
 # ---------------------------------------------------------------------------
-# Work bounded per person, and declines that free (contract §13)
+# Work bounded per person, and declines that free
 
 
 async def test_a_flood_of_occurrences_is_expansion_limit_for_that_person_alone(

@@ -1,5 +1,5 @@
-"""GraphiQL at `GET /graphql` for browsers (contract §14): the page and its
-assets over HTTP (served from the package, headers that lock the page to its
+"""GraphiQL at `GET /graphql` for browsers (docs/graphql.md, "Dashboards: `/graphql`"): the page
+and its assets over HTTP (served from the package, headers that lock the page to its
 own files, only known files), then the page in headless Chromium with
 JavaScript on: a query typed with an API key in the headers editor shows the
 server's data, and the browser never asks another origin for anything."""

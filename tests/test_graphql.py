@@ -22,6 +22,16 @@ def test_committed_schema_matches_the_code() -> None:
     )
 
 
+def test_an_event_made_from_its_row_sets_every_plain_field() -> None:
+    """Event.from_row fills the instance directly (no keyword __init__): a field
+    added to the type without being read from the row would fail every event read."""
+    from graph.types import _EVENT_COLUMNS, Event
+
+    plain = {f.python_name for f in Event.__strawberry_definition__.fields
+             if f.base_resolver is None}
+    assert plain == {*_EVENT_COLUMNS, "profile_id", "row"}
+
+
 def _client(live_server: Any, key: str | None) -> Client:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     transport = AIOHTTPTransport(url=live_server.url + "/graphql", headers=headers)
@@ -61,7 +71,7 @@ async def test_query_and_mutation_round_trip(live_server: Any, user: Any) -> Non
     }
 
 
-async def test_errors_carry_the_contract_code(live_server: Any, user: Any) -> None:
+async def test_errors_carry_the_api_error_code(live_server: Any, user: Any) -> None:
     async with _client(live_server, user.api_key) as session:
         with pytest.raises(TransportQueryError) as info:
             await session.execute(

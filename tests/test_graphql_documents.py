@@ -1,4 +1,4 @@
-"""`POST /graphql` through kept, compiled documents (contract §14).
+"""`POST /graphql` through kept, compiled documents (docs/graphql.md, "Dashboards: `/graphql`").
 
 Every answer must be what graphql-core gives: the documents dashboards send,
 and documents generated over the schema, are answered by the endpoint and by
@@ -295,7 +295,7 @@ async def test_persisted_query_refusals(live_server: LiveServer, user: User) -> 
 
 
 # ---------------------------------------------------------------------------
-# Malformed requests: the contract's envelope, each with its param
+# Malformed requests: the error envelope (docs/http.md, "Errors"), each with its param
 
 
 async def test_malformed_requests_get_the_envelope(api: Api, user: User) -> None:

@@ -1,5 +1,5 @@
-"""`GET /graphql` running queries (contract §14): GraphQL over HTTP's GET, and
-Apollo's GET for hashed queries (`useGETForHashedQueries`). The same request as
+"""`GET /graphql` running queries (docs/graphql.md, "Dashboards: `/graphql`"): GraphQL over HTTP's
+GET, and Apollo's GET for hashed queries (`useGETForHashedQueries`). The same request as
 POST's body in the query string, run the same way (key, rate limit, document
 cache, persisted queries, errors), queries only (`405` for anything else, which
 never runs), every answer marked `Vary: Authorization`."""
@@ -93,7 +93,7 @@ async def test_a_query_answers_as_over_post(api: Api, user: User) -> None:
                           "has_more": False},
     }}
     assert (await over_post(api, user, **request))[:2] == (200, answer)
-    # Errors too, as POST shapes them: the contract's code in extensions.
+    # Errors too, as POST shapes them: the API's error code in extensions.
     missing = {**request, "variables": {"id": "prf_" + "0" * 32}}
     status, answer, _ = await over_get(api, user, **missing)
     assert status == 200 and answer["data"] is None, answer

@@ -1,5 +1,5 @@
-"""The dashboard graph (contract §15): connections under each object, windows,
-occurrences, counts and the RSVP summary, checked against the REST reads that
+"""The dashboard graph (docs/graphql.md, "The dashboard graph"): connections under each object,
+windows, occurrences, counts and the RSVP summary, checked against the REST reads that
 list the same things, against an independent recurrence oracle, and for the
 number of SQL statements a nested document costs."""
 

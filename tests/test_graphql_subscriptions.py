@@ -1,5 +1,5 @@
-"""GraphQL subscriptions over WebSocket at `/graphql` (contract §14): the
-graphql-transport-ws protocol, `event_changes` and `rsvp_stats` (and their
+"""GraphQL subscriptions over WebSocket at `/graphql` (docs/graphql.md, "Dashboards: `/graphql`"):
+the graphql-transport-ws protocol, `event_changes` and `rsvp_stats` (and their
 deprecated first names, `eventChanges` and `rsvpStats`), who may subscribe,
 changes in commit order from every process on the database, cleanup of a lost
 client, reconnection of the change feed, and a graceful stop.

@@ -1,6 +1,6 @@
-"""Calendars that every client reads alike (contract §12): generated events are
-published, and the ICS feed and an iMIP message, read by Mozilla's ical.js (with
-the VTIMEZONEs Kalends wrote) and by `icalendar` + `recurring-ical-events`, must
+"""Calendars that every client reads alike (docs/api-choices.md, "ICS feeds and attendee e-mail"):
+generated events are published, and the ICS feed and an iMIP message, read by Mozilla's ical.js
+(with the VTIMEZONEs Kalends wrote) and by `icalendar` + `recurring-ical-events`, must
 give exactly the instants the agenda gives a subscriber, over a year from each
 event's start. The same for copies pushed to CalDAV: test_connected_caldav.py."""
 
@@ -87,7 +87,7 @@ async def _compare(live: LiveServer, owner: User, reader: User,
                                                       reader.calendar_id, window)
         assert complete, "the agenda expanded everything"
         want = within(expected.get(event["title"], []), window)
-        uid = f"{event['id']}@kalends"  # contract §9
+        uid = f"{event['id']}@kalends"  # docs/api-choices.md, "ICS feeds and attendee e-mail"
         by_icaljs = await asyncio.to_thread(icaljs_occurrences, [feed, imip], window)
         readers = {"ical.js (feed)": by_icaljs[0], "ical.js (iMIP)": by_icaljs[1],
                    "recurring-ical-events (feed)": python_occurrences(feed, window),
@@ -184,7 +184,7 @@ def _imported(text: str, window: Window) -> tuple[list[Any], str | None]:
 def test_imported_events_expand_as_recurring_ical_events_reads_them(
         body: dict[str, Any]) -> None:
     # DTSTART is the first instance even where the rule would not select it
-    # (contract §12): an off-rule start is one of the generated cases.
+    # (docs/api-choices.md, "Connected calendars"): an off-rule start is one of the generated cases.
     text = _provider_text(body)
     start = body.get("start_date") or body["start_time"][:10]
     window = window_of({"start_date": start})

@@ -1,7 +1,7 @@
-"""Yearly rules as Kalends writes them for other readers (contract §12): ical.js
-read FREQ=YEARLY;BYMONTHDAY=1 once a year and FREQ=YEARLY;BYDAY=MO,TU;BYSETPOS=1
-as every Monday and Tuesday, where RFC 5545 and the agenda expand the 1st of
-every month and the year's first Monday or Tuesday. The writer
+"""Yearly rules as Kalends writes them for other readers (docs/api-choices.md, "ICS feeds and
+attendee e-mail"): ical.js read FREQ=YEARLY;BYMONTHDAY=1 once a year and
+FREQ=YEARLY;BYDAY=MO,TU;BYSETPOS=1 as every Monday and Tuesday, where RFC 5545 and the agenda
+expand the 1st of every month and the year's first Monday or Tuesday. The writer
 (`ics.rule_for_readers`) writes such rules in a form that expands to exactly the
 same occurrences (checked here with the agenda's expander over decades) and that
 ical.js reads alike (checked on generated rules against the agenda)."""

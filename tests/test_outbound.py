@@ -687,7 +687,7 @@ def test_refused_hosts(host: str, refused: bool, with_loopback: bool) -> None:
     assert outbound.is_refused_host(host, allow_loopback=True) is with_loopback
 
 
-# -- connected accounts: where their traffic may go (contract §9) --------------------------------
+# -- connected accounts: where their traffic may go (docs/api-choices.md, "Connected calendars") --
 
 @pytest.mark.parametrize(("account", "target", "allowed"), [
     ("https://caldav.icloud.com", "https://caldav.icloud.com/123/principal/", True),

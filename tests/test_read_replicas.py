@@ -1,5 +1,6 @@
-"""Reads from a real streaming replica (contract §16): made by tests/replica.py with the
-embedded package's own `pg_basebackup`, attached through KALENDS_READ_DATABASE_URL.
+"""Reads from a real streaming replica (docs/scaling.md, "Read replicas"): made by
+tests/replica.py with the embedded package's own `pg_basebackup`, attached through
+KALENDS_READ_DATABASE_URL.
 
 What a user relies on: reads that only read go to the replica and writes never do; after
 their write is answered none of their reads shows an older state, whatever key or

@@ -1,4 +1,5 @@
-"""Contract §1-3 on the REST surface: envelopes, statuses, headers, auth."""
+"""docs/http.md ("HTTP conventions", "Pages", "Errors") on the REST surface: envelopes, statuses,
+headers, auth."""
 
 from __future__ import annotations
 
@@ -226,7 +227,7 @@ async def test_what_the_http_parser_refuses_gets_the_envelope(live_server: Any, 
                                                              expected: int, code: str,
                                                              caplog: Any) -> None:
     """aiohttp's parser refuses these before any middleware runs (kalends/web/protocol.py):
-    still the contract's envelope, and one access line at info, no error or traceback."""
+    still the error envelope, and one access line at info, no error or traceback."""
     caplog.set_level(logging.INFO)
     status, headers, body = await _raw(live_server.url, raw)
     assert headers["content-type"] == "application/json", body

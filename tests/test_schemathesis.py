@@ -204,7 +204,7 @@ def test_found_invalid_uri_is_rejected(
     api_schema: Any, fuzz_user: Any, live_server: Any, http: requests.Session,
     seeded: Seeded, url: str,
 ) -> None:
-    """Not a `format: uri` value, so: 400 invalid_field (contract section 3)."""
+    """Not a `format: uri` value, so: 400 invalid_field (docs/http.md, "Errors")."""
     operation = api_schema.find_operation_by_id("updateProfile")
     case = operation.Case(path_parameters=_path_parameters(operation, seeded.ids),
                           body={"header_image_url": url}, media_type="application/json")

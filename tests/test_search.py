@@ -1,5 +1,5 @@
-"""GET /v1/search (contract §2, §4): full-text search over events, profiles and
-series, with the API's visibility rules, a type filter, rank-ordered keyset
+"""GET /v1/search (docs/api-choices.md, "Search"; docs/http.md, "Pages"): full-text search over
+events, profiles and series, with the API's visibility rules, a type filter, rank-ordered keyset
 pages, hostile input, at most two statements a page, and plans that read a
 bounded number of rows however common the word (EXPLAIN ANALYZE on 60,000 events).
 
@@ -752,6 +752,7 @@ async def test_mcp_tool_is_read_only_and_answers_like_rest(api: Any, user: Any) 
     assert status == 200 and result["structuredContent"] == page
 
     result = await rpc("tools/call", {"name": "search", "arguments": {"q": w, "type": "user"}})
-    assert result["isError"] is True
-    assert result["structuredContent"]["error"]["code"] == "invalid_query_parameter"
-    assert result["structuredContent"]["error"]["param"] == "type"
+    assert result["isError"] is True and "structuredContent" not in result
+    error = orjson.loads(result["content"][0]["text"])["error"]  # text only: docs/mcp.md
+    assert error["code"] == "invalid_query_parameter"
+    assert error["param"] == "type"

@@ -1,5 +1,6 @@
-"""Series per the spec and the contract: create, list, read, update, membership,
-the series' events, the deletion preview and deletion (with and without cascade)."""
+"""Series per the spec and docs/api-choices.md, "Events, RSVPs and series": create, list, read,
+update, membership, the series' events, the deletion preview and deletion (with and without
+cascade)."""
 
 from __future__ import annotations
 

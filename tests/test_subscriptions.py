@@ -1,5 +1,5 @@
-"""Subscriptions per the spec and the contract: subscribe, re-subscribe, pause,
-unsubscribe with its cleanup, consolidation, targets, and the background sync
+"""Subscriptions per the spec and docs/api-choices.md, "Subscriptions and sync": subscribe,
+re-subscribe, pause, unsubscribe with its cleanup, consolidation, targets, and the background sync
 that keeps the subscriber's default calendar in step with the source.
 
 Sync runs in the service's own job worker; the tests wait (a few seconds at

@@ -1,4 +1,4 @@
-"""Concurrent transitions (contract §1 "Concurrent changes"): each state change is
+"""Concurrent transitions (docs/api-choices.md, "Events, RSVPs and series"): each state change is
 decided on its row as it stands when the change commits, so requests that race for
 one transition answer as if they had run one after the other, and one transition
 queues one webhook message, one change notification and one round of attendee mail.

@@ -1,4 +1,4 @@
-"""Webhook delivery (contract §11): a real receiver on loopback checks every
+"""Webhook delivery (docs/api-choices.md, "Webhooks"): a real receiver on loopback checks every
 message with the `standardwebhooks` package, an independent implementation of
 the signature scheme.
 
@@ -504,7 +504,7 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_at_delivery(
     owner = await asyncio.to_thread(live_server.create_user)
     profile = await new_profile(api, owner)
     port = receiver.url.rsplit(":", 1)[1]
-    # `localhost` is refused when saved (contract §11): a row saved before that rule
+    # `localhost` is refused when saved: a row saved before that rule
     # holds it, and delivery refuses it all the same.
     endpoint = await _endpoint(api, owner, profile, "https://hooks.invalid/private")
     async with hooks_conn(live_server) as conn:

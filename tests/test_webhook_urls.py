@@ -1,5 +1,5 @@
-"""Webhook endpoint URLs (contract §11): a URL with userinfo is refused (credentials
-belong in the signature, and a stored URL is shown back in full), and names that are
+"""Webhook endpoint URLs (docs/api-choices.md, "Webhooks"): a URL with userinfo is refused
+(credentials belong in the signature, and a stored URL is shown back in full), and names that are
 loopback by definition are refused with any number of trailing dots; on creation and
 on a PATCH of the url alike. Delivery's own check reads trailing dots the same way.
 """

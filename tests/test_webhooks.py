@@ -1,4 +1,4 @@
-"""Webhook endpoints (contract §11): management, validation, permission, and the
+"""Webhook endpoints (docs/api-choices.md, "Webhooks"): management, validation, permission, and the
 outbox written in the transaction of the change. Delivery itself is in
 test_webhook_delivery.py.
 
@@ -233,7 +233,8 @@ async def test_graphql_and_mcp_see_the_same_endpoints(
                   "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}}
     status, answer, _ = await api.post("/mcp-developer", owner, data=orjson.dumps(call), headers={
         "Content-Type": "application/json", "MCP-Protocol-Version": "2026-07-28",
-        "Mcp-Method": "tools/call", "Mcp-Name": "getWebhookEndpoint"})
+        "Mcp-Method": "tools/call", "Mcp-Name": "getWebhookEndpoint",
+        "X-MCP-Toolsets": "webhooks"})
     assert status == 200, answer
     result = answer["result"]
     assert result.get("isError") is not True, result

@@ -1,6 +1,6 @@
-"""A socket lives no longer than its key (contract §14): revocation closes a key's
-sockets on every process with 4403, each `subscribe` re-checks the key and is charged
-to its rate limit, a key holds a bounded number of sockets and subscriptions across
+"""A socket lives no longer than its key (docs/graphql.md, "Dashboards: `/graphql`"): revocation
+closes a key's sockets on every process with 4403, each `subscribe` re-checks the key and is
+charged to its rate limit, a key holds a bounded number of sockets and subscriptions across
 every process (and a process that is gone stops counting), and a subscription whose
 target its user may no longer read ends with the read's error at the next change.
 

@@ -43,7 +43,7 @@ CREATE TABLE organization_members (
     organization_id text NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
     user_id text NOT NULL REFERENCES users (id) ON DELETE CASCADE,
     role text NOT NULL CHECK (role IN ('owner', 'admin', 'member')),
-    -- The user's single owned default organization (contract §6).
+    -- The user's single owned default organization (docs/http.md, "Authentication and accounts").
     is_default boolean NOT NULL DEFAULT false CHECK (NOT is_default OR role = 'owner'),
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (organization_id, user_id)

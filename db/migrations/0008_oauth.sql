@@ -1,4 +1,4 @@
--- Kalends as the OAuth 2.1 authorization server of /mcp (contract §10).
+-- Kalends as the OAuth 2.1 authorization server of /mcp (docs/mcp.md, "MCP clients and OAuth").
 
 -- The consent page's CSRF tokens are MACs under this secret (gen_random_uuid
 -- draws from a strong random source; two of them make 244 random bits).
@@ -10,7 +10,7 @@ VALUES ('oauth_csrf', decode(replace(gen_random_uuid()::text || gen_random_uuid(
 -- published (JWKS) until every token they signed has expired.
 CREATE TABLE oauth_signing_keys (
     kid text PRIMARY KEY,
-    -- PKCS#8 PEM, encrypted with the key of contract §9 (kalends/connected/vault.py).
+    -- PKCS#8 PEM, encrypted with the service key (kalends/connected/vault.py).
     private_key bytea NOT NULL,
     public_jwk jsonb NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),

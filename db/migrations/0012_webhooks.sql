@@ -1,4 +1,4 @@
--- Webhooks (contract §11). An endpoint belongs to a profile; its signing
+-- Webhooks (docs/api-choices.md, "Webhooks"). An endpoint belongs to a profile; its signing
 -- secrets are sealed with the service's key (kalends/connected/vault.py), as
 -- connected accounts' secrets are. `previous_secret` still signs until
 -- `previous_secret_expires_at`, so a rotation gives receivers 24 hours.

@@ -1,4 +1,4 @@
--- Webhook delivery in order per resource, not per endpoint (contract §11):
+-- Webhook delivery in order per resource, not per endpoint (docs/api-choices.md, "Webhooks"):
 -- messages about one event (its own and its RSVPs') reach an endpoint in the
 -- order of their changes; messages about different events may overtake each
 -- other, so one message waiting for its retry holds back only its own event's.

@@ -1,6 +1,7 @@
 -- GraphQL WebSocket connections and their subscriptions, per API key and per serve
--- process (graph/ws.py), so that a key's limits hold across every process (contract
--- §14): one row per key a process holds sockets of, with that process's counts.
+-- process (graph/ws.py), so that a key's limits hold across every process
+-- (docs/graphql.md, "Dashboards: `/graphql`"): one row per key a process holds sockets of, with
+-- that process's counts.
 --
 -- A process is an `instance` (a number from live_instances). It is alive while a
 -- connection of its own holds the session advisory lock (db.accounts.LIVE_LOCK,

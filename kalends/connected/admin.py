@@ -1,5 +1,5 @@
-"""The operator's commands for connected calendars (contract §9): connect,
-disconnect, sync now, select. Credentials arrive on standard input only, and
+"""The operator's commands for connected calendars (docs/api-choices.md, "Connected calendars"):
+connect, disconnect, sync now, select. Credentials arrive on standard input only, and
 are stored sealed by the vault."""
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ the server no longer knows (403/409 naming `valid-sync-token`) means a full
 sync. Writes are conditional: `If-None-Match: *` to create, `If-Match` to
 replace or delete.
 
-Every request goes through `AccountOrigins` (contract §9): to the origin of the
-account's URL, or to an https host of its registrable domain at a public
-address (iCloud's partition hosts); an href or a redirect anywhere else is
+Every request goes through `AccountOrigins` (docs/api-choices.md, "Connected calendars", "Where
+the traffic goes"): to the origin of the account's URL, or to an https host of its registrable
+domain at a public address (iCloud's partition hosts); an href or a redirect anywhere else is
 refused before anything is sent there. Answers are parsed by defusedxml: no
 DTD entities, no external references.
 """

@@ -87,7 +87,8 @@ def adapter_for(provider: str, session: aiohttp.ClientSession, credentials: Cred
 
 
 def new_session() -> aiohttp.ClientSession:
-    # The adapters send through it only where contract §9 lets the account's traffic go.
+    # The adapters send through it only where the account's traffic may go
+    # (docs/api-choices.md, "Connected calendars").
     return outbound.account_session()
 
 

@@ -10,8 +10,8 @@ stores. 429 (and whatever else `rate_limited` recognises) is RateLimited
 with the provider's `Retry-After`; 5xx and network failures are ProviderError.
 
 Every request, to the API and to the token endpoint alike, goes through the
-account's `AccountOrigins` (contract §9): a URL or a redirect that leads
-anywhere else is OriginRefused, naming the host, and nothing is sent there.
+account's `AccountOrigins` (docs/api-choices.md, "Connected calendars"): a URL or a redirect
+that leads anywhere else is OriginRefused, naming the host, and nothing is sent there.
 """
 
 from __future__ import annotations

@@ -227,8 +227,9 @@ def _timed_slots(c: Component, w: Bounds, limit: int, keyed: bool
         expansion = recurrence.occurrences(
             rule, wall, tz, w.start - (length or timedelta()), w.end, limit=limit + 1)
         # DTSTART is the first instance even where the rule would not select it
-        # (contract §12, as recurring-ical-events reads it: unless UNTIL is before
-        # it); the rule's own instances, COUNT included, follow as dateutil gives them.
+        # (docs/api-choices.md, "Connected calendars", as recurring-ical-events reads it: unless
+        # UNTIL is before it); the rule's own instances, COUNT included, follow as dateutil
+        # gives them.
         if not recurrence.ends_before_start(rule, wall, tz):
             starts[wall] = first
         for o in expansion.items:

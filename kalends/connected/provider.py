@@ -37,8 +37,8 @@ class ProviderError(Exception):
 
 class OriginRefused(ProviderError):
     """The provider pointed somewhere this account's traffic may not go (an href,
-    a link or a redirect to another host; contract §9): nothing was sent there.
-    The message names the host."""
+    a link or a redirect to another host; docs/api-choices.md, "Connected calendars"): nothing
+    was sent there. The message names the host."""
 
 
 class CredentialsRefused(ProviderError):
@@ -159,7 +159,7 @@ class Changes:
 class Adapter(Protocol):
     """One provider's protocol. Built per account, with the service's own HTTP
     session (from `kalends.outbound.account_session`: every request goes only
-    where contract §9 lets the account's traffic go, through
+    where the account's traffic may go (docs/api-choices.md, "Connected calendars"), through
     `outbound.AccountOrigins.request`); it keeps no state across calls except an
     OAuth access token and, where the provider rotates it, the refresh token
     (`secret`)."""

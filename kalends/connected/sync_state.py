@@ -1,5 +1,5 @@
-"""What the agenda says about a connected calendar's sync state (contract §9):
-at most one warning per calendar, the most pressing first."""
+"""What the agenda says about a connected calendar's sync state (docs/api-choices.md, "Connected
+calendars"): at most one warning per calendar, the most pressing first."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Attendee e-mail (contract §11): iMIP (RFC 6047) on cancel and reschedule.
+"""Attendee e-mail (docs/api-choices.md, "ICS feeds and attendee e-mail"): iMIP (RFC 6047) on
+cancel and reschedule.
 
 When an event whose RSVP settings allow notifications is cancelled or moved, a
 job is queued in the same transaction (`queue`). The job (`send`) reads the event
@@ -13,7 +14,7 @@ and a warning is logged once per process; a refused or failed exchange is logged
 with the server's reply, and the job is retried. Each address is recorded once
 sent (migration 0011), and the jobs of one event take turns, so a job that runs
 again (a retry, a worker lost mid-way) or beside another writes to no one twice
-for the same method and revision (contract §12).
+for the same method and revision.
 """
 
 from __future__ import annotations

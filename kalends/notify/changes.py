@@ -1,5 +1,5 @@
 """Changes to events and RSVPs as they commit, for live subscribers in every process
-(GraphQL subscriptions, contract §14).
+(GraphQL subscriptions, docs/graphql.md, "Dashboards: `/graphql`").
 
 Every change webhooks record (`kalends.notify.webhooks.record`) is also announced
 here, in the change's own transaction, with `pg_notify`: PostgreSQL delivers a

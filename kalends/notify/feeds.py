@@ -1,6 +1,7 @@
-"""ICS feeds (contract §11): a public profile's public events as RFC 5545.
+"""ICS feeds (docs/api-choices.md, "ICS feeds and attendee e-mail"): a public profile's public
+events as RFC 5545.
 
-Written by the one iCalendar writer (kalends/notify/ics.py, contract §12): timed
+Written by the one iCalendar writer (kalends/notify/ics.py): timed
 events keep their own zones, with a VTIMEZONE for each zone used, so a
 recurring event stays on its wall clock across DST in every calendar
 application, as the agenda expands it. All-day events are dates. A cancelled

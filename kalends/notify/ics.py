@@ -1,6 +1,6 @@
-"""The one iCalendar writer (contract §12): the ICS feed, attendee e-mail (iMIP)
-and the copies pushed to connected calendars all write their VEVENTs and
-VTIMEZONEs here, so that every reader (ical.js, `icalendar` +
+"""The one iCalendar writer (docs/api-choices.md, "ICS feeds and attendee e-mail"): the ICS
+feed, attendee e-mail (iMIP) and the copies pushed to connected calendars all write their
+VEVENTs and VTIMEZONEs here, so that every reader (ical.js, `icalendar` +
 `recurring-ical-events`, CalDAV servers) reads them to the agenda's instants.
 
 - A Kalends event becomes one `Component` (`of_event`): its `UID` and

@@ -4,7 +4,7 @@ At least once. A delivery is marked done only after a 2xx; a worker that dies
 mid-send leaves it pending, and it is sent again (same `webhook-id`, which
 receivers use to drop the copy).
 
-In order per resource (contract §11). A message's lane is the event it is about
+In order per resource (docs/api-choices.md, "Webhooks"). A message's lane is the event it is about
 (an RSVP's is its event's), and a lane's messages go one at a time, oldest
 first; lanes of one endpoint go side by side, so a message waiting for its retry
 holds back only its own event's. A run leases lanes (columns naming the run and

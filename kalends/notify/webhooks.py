@@ -1,4 +1,4 @@
-"""Webhooks (contract §11): endpoints, their secrets, and the outbox.
+"""Webhooks (docs/api-choices.md, "Webhooks"): endpoints, their secrets, and the outbox.
 
 A profile's administrators register endpoints. A change to one of the profile's
 events or RSVPs is recorded by `record`, in the transaction of the change: one

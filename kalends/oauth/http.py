@@ -182,7 +182,8 @@ API_KEY_ON_MCP = ("This is a Kalends API key; API keys are accepted on /mcp-deve
 
 async def authenticate(request: web.Request) -> Caller:
     """/mcp's credential: a bearer access token for its canonical URL. The
-    subject is a consumer (contract §10), charged as an API key's would be."""
+    subject is a consumer (docs/mcp.md, "MCP clients and OAuth"), charged as an API key's would
+    be."""
     oauth = request.app[OAUTH]
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")

@@ -1,5 +1,5 @@
 """The built-in authorization server's signing keys: ES256 (P-256), made on
-first use, kept in the database encrypted with the key of contract §9, and
+first use, kept in the database encrypted with the service key (kalends/connected/vault.py), and
 rotated by `kalends admin rotate-signing-key`. A retired key stays in the
 JWKS for a day, longer than any access token it signed lives."""
 

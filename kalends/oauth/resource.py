@@ -1,4 +1,4 @@
-"""/mcp as an OAuth 2.1 resource server (contract §10): which access tokens
+"""/mcp as an OAuth 2.1 resource server (docs/mcp.md, "MCP clients and OAuth"): which access tokens
 it takes, and what each lets its bearer do.
 
 A token is a JWT signed by the issuer's key (found by `kid` in its JWKS,

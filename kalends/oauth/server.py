@@ -1,5 +1,5 @@
-"""The built-in authorization server (contract §10): what it accepts and what
-it issues, apart from HTTP (kalends/oauth/http.py) and HTML (pages.py).
+"""The built-in authorization server (docs/mcp.md, "MCP clients and OAuth"): what it accepts and
+what it issues, apart from HTTP (kalends/oauth/http.py) and HTML (pages.py).
 
 Codes, refresh tokens and client secrets are 256 random bits, as API keys are,
 and are stored as API keys are: a plain hash (`auth.hash_key`), which keeps a

@@ -1,4 +1,4 @@
-"""The `kalends` command (contract §7)."""
+"""The `kalends` command (docs/operations.md, "Operator commands, backup and restore")."""
 
 from __future__ import annotations
 

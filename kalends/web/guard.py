@@ -124,7 +124,7 @@ def _client_left(request: web.Request) -> bool:
 
 @web.middleware
 async def error_envelopes(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn every failure into the contract's envelope; never leak internals."""
+    """Turn every failure into the error envelope (docs/http.md, "Errors"); never leak internals."""
     request_id = request.get(REQUEST_ID)
     respond = request.app.get(ERROR_BODIES, {}).get(request.match_info.route)
     if respond is None:
@@ -187,7 +187,8 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     token = reads.begin()
     try:
         response = await handler(request)
-        # Read-your-writes (contract §16): the write is answered, so its commit is done.
+        # Read-your-writes (docs/scaling.md, "Read replicas"): the write is answered, so its
+        # commit is done.
         services = request.app.get(SERVICES)
         await reads.record(services.reads if services is not None else None,
                            request.get(VIEWER))

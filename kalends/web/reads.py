@@ -1,5 +1,5 @@
-"""Which database a request reads from (contract §16), decided once per request where
-its kind is known: a registry operation that only reads (REST and MCP), a GraphQL
+"""Which database a request reads from (docs/scaling.md, "Read replicas"), decided once per
+request where its kind is known: a registry operation that only reads (REST and MCP), a GraphQL
 query, the ICS feed. Everything else, and every request when no replica is
 configured, uses the primary. A request that may write is remembered, and once it
 is answered its user's position in the WAL is recorded (`db/replicas.py`), so that
