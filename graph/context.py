@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -43,6 +44,9 @@ class Context:
     budget: expansion.Budget = field(default_factory=expansion.request_budget)
     """What the request's expansions may still spend, every field's together
     (docs/api-choices.md, "Bounded work")."""
+    expanding: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by a field that reads rows only to expand them (an RSVP summary), so that
+    the document's others wait and, once the budget is spent, read nothing."""
     loaders: Loaders = field(init=False)
     db: Database = field(init=False)
 

@@ -39,7 +39,14 @@ from graphql import (
 from graphql.pyutils import is_awaitable
 
 from graph.limits import QueryLimits
-from graph.plan import MAX_FORMS, Plan, Unsupported, compile_operation, directive_variables
+from graph.plan import (
+    MAX_FORMS,
+    Plan,
+    Text,
+    Unsupported,
+    compile_operation,
+    directive_variables,
+)
 from kalends import cpu
 
 MAX_ENTRIES = 1000
@@ -79,7 +86,7 @@ class Document:
         self._seen: set[str | None] = set()
         self.node: DocumentNode | None = None
         try:
-            node = parse(text)
+            node = parse(Text(text))
         except GraphQLError as error:
             self.errors: list[GraphQLError] = [error]
             self.weight = _weight(text, None)

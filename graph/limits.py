@@ -66,6 +66,10 @@ SIZES: dict[tuple[str, str], int] = {
     ("Event", "series"): 1,  # the event's series: a few; read in one batch
     ("Event", "occurrences"): expansion.MAX_ITEMS,
     ("Profile", "rsvp_summary"): dashboard.MAX_BUCKETS,
+    ("CallerContext", "organizations"): 100,  # the caller's memberships: counted as 100
+    ("CallerContext", "toolsets"): 50,  # the registry's tags
+    ("FirstProfiles", "data"): 20,  # getContext: at most 20 profiles
+    ("FirstCalendars", "data"): 100,  # and 100 calendars
 }
 """`*Page.data` holds its connection's `limit`, counted there: 1 here."""
 EXPANDS: frozenset[tuple[str, str]] = frozenset({("Event", "occurrences"),

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple, get_args
+from datetime import date
+from typing import Any, get_args
 from zoneinfo import ZoneInfo
 
 import asyncpg
@@ -191,12 +192,21 @@ async def event_rsvps(ctx: Context, event: asyncpg.Record, limit: int, cursor: s
 # Occurrences and the RSVP summary
 
 
-class _Occurrences(NamedTuple):
-    """One event's occurrences asked for (the row is hashed with its values)."""
+class _Occurrences:
+    """One event's occurrences asked for: a loader's key, equal to another for the
+    same event, window and zone (hashing the whole row cost as much as the rest)."""
 
-    event: asyncpg.Record
-    range: dashboard.Range
-    tz: ZoneInfo
+    __slots__ = ("event", "key", "range", "tz")
+
+    def __init__(self, event: asyncpg.Record, r: dashboard.Range, tz: ZoneInfo) -> None:
+        self.event, self.range, self.tz = event, r, tz
+        self.key = (event["id"], r, tz.key)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Occurrences) and other.key == self.key
 
 
 async def event_occurrences(ctx: Context, event: asyncpg.Record, start: str, end: str,
@@ -209,8 +219,8 @@ async def event_occurrences(ctx: Context, event: asyncpg.Record, start: str, end
         raise expansion.exhausted()  # at once: no hop to the CPU pool for an error
     # Every event of the document in one hop beside the event loop (a page of 100
     # events is one batch, not 100), the answer's objects made there too.
-    loader = ctx.loaders.keyed("occurrences", lambda asks: _occurrences(ctx, asks))
-    found: list[EventOccurrence] = await loader.load(_Occurrences(event, r, tz))
+    batch = ctx.loaders.batch("occurrences", lambda asks: _occurrences(ctx, asks))
+    found: list[EventOccurrence] = await batch.load(_Occurrences(event, r, tz))
     return found
 
 
@@ -229,8 +239,10 @@ def _expand_each(asks: Sequence[_Occurrences], budget: expansion.Budget
         try:
             found.append([_occurrence(o) for o in
                           dashboard.occurrences(ask.event, ask.range, ask.tz, budget)])
-        except ApiError as exc:
-            return [exc] * len(asks)
+        except ApiError:
+            # One error each: an exception raised by 500 coroutines would gather
+            # 500 frames in its one traceback.
+            return [expansion.exhausted() for _ in asks]
     return found
 
 
@@ -253,6 +265,17 @@ async def rsvp_summary(ctx: Context, profile: asyncpg.Record, start: str, end: s
     status = dashboard.check_status(status)
     tz = agenda.resolve_zone(timezone, ctx.viewer.timezone)
     starts = dashboard.bucket_starts(r, tz, kind)
+    # One summary of a document at a time: once one has spent the request's budget,
+    # the others answer at once, without reading the rows they could not expand.
+    async with ctx.expanding:
+        return await _summary(ctx, profile, r, tz, kind, starts, status)
+
+
+async def _summary(ctx: Context, profile: asyncpg.Record, r: dashboard.Range, tz: ZoneInfo,
+                   kind: dashboard.Bucket, starts: list[date], status: str | None
+                   ) -> list[RsvpBucket]:
+    if ctx.budget.exhausted:
+        raise expansion.exhausted()
     grouped = await event_store.summary_one_off(ctx.db, profile["id"], r.start, r.end, tz.key,
                                                 kind, status)
     recurring = await event_store.summary_recurring(ctx.db, profile["id"], r.end, status,

@@ -28,6 +28,8 @@ null)`) send that request to graphql-core. `/graphql` keeps graphql-core
 from __future__ import annotations
 
 import asyncio
+import re
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -73,7 +75,7 @@ from graphql.execution.values import (
     input_is_nested_too_deeply,
     maybe_use_default_value,
 )
-from graphql.language import Visitor, visit
+from graphql.language import Source, SourceLocation, Visitor, visit
 from graphql.pyutils import Path, Undefined, gather_with_cancel, inspect, is_awaitable, is_iterable
 from graphql.type.scalars import serialize_boolean, serialize_id, serialize_int, serialize_string
 from graphql.utilities.coerce_input_value import coerce_input_value
@@ -96,7 +98,7 @@ class Unsupported(Exception):
 class _Execution:
     """The state of one execution: what resolvers see and the errors so far."""
 
-    __slots__ = ("context", "errors", "nulled", "plan", "variables")
+    __slots__ = ("_arguments", "context", "errors", "nulled", "plan", "variables")
 
     def __init__(self, plan: Plan, variables: VariableValues, context: Any) -> None:
         self.plan = plan
@@ -104,6 +106,17 @@ class _Execution:
         self.context = context
         self.errors: list[GraphQLError] = []
         self.nulled: set[Path | None] = set()
+        self._arguments: dict[int, dict[str, Any]] = {}
+
+    def arguments(self, f: _Field) -> dict[str, Any]:
+        """Field `f`'s argument values, coerced once per execution: a field inside a
+        list (an event's `occurrences` under a page of 100) has the same ones for
+        every item, since they come from the document and its variables alone."""
+        found = self._arguments.get(id(f))
+        if found is None:
+            found = self._arguments[id(f)] = get_argument_values(
+                f.definition, f.nodes[0], self.variables)
+        return found
 
     def add_error(self, error: GraphQLError, path: Path | None) -> None:
         # As graphql-core's CollectedErrors: nothing under a position already nulled.
@@ -148,6 +161,29 @@ def _strawberry_attr(definition: GraphQLField) -> str | None:
     return None if strawberry_field is None else str(strawberry_field.python_name)
 
 
+
+class Text(Source):
+    """A document's text with its line breaks found once: an error's location is a
+    binary search instead of a scan of the text from its start (graphql-core's
+    `Source.get_location`), which a document whose 500 fields fail at once (an
+    exhausted expansion budget) paid 500 times on the event loop. Same answers:
+    tests/test_plan.py compares them."""
+
+    def __init__(self, body: str) -> None:
+        super().__init__(body)
+        breaks = list(_NEWLINE.finditer(body))
+        self._starts = [m.start() for m in breaks]
+        self._ends = [m.end() for m in breaks]
+
+    def get_location(self, position: int) -> SourceLocation:
+        before = bisect_left(self._starts, position)  # line breaks before `position`
+        line_start = self._ends[before - 1] if before else 0
+        return SourceLocation(before + 1, position + 1 - line_start)
+
+
+_NEWLINE = re.compile(r"\r\n|[\n\r]")
+"""graphql-core's own line break (graphql/language/location.py)."""
+
 # ---------------------------------------------------------------------------
 # Running a field, as graphql-core's Executor.execute_field and its helpers
 
@@ -171,8 +207,7 @@ def _run_field(ex: _Execution, f: _Field, source: Any, parent_path: Path | None)
                 ex.plan.fragment_definitions, None, ex.plan.operation, ex.variables,
                 ex.context, is_awaitable, None, None,  # type: ignore[arg-type]
             )
-            args = get_argument_values(
-                f.definition, f.nodes[0], ex.variables) if f.has_args else {}
+            args = ex.arguments(f) if f.has_args else {}
             result = f.resolve(source, info, **args)
         if is_awaitable(result):
             return _complete_awaitable(ex, f, result, path)

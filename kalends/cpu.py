@@ -23,7 +23,7 @@ from typing import ParamSpec, TypeVar
 P = ParamSpec("P")
 T = TypeVar("T")
 
-WORKERS = 2
+WORKERS = 1
 SWITCH_INTERVAL = 0.001
 
 _POOL = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="kalends-cpu")

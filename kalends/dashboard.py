@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime, time, timedelta
+from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo
 
@@ -41,6 +42,7 @@ class Range(NamedTuple):
     end: datetime
 
 
+@lru_cache(maxsize=1024)
 def parse_range(start_text: str | None, end_text: str | None, *,
                 max_days: int = MAX_RANGE_DAYS, required: bool = False) -> Range | None:
     """`from` and `to` (RFC 3339 with an offset), both or neither: [from, to), `to`

@@ -370,3 +370,20 @@ def test_what_plans_do_not_run_fails_at_compile_time() -> None:
     schema = strawberry.Schema(query=AbstractQuery, types=[Person])._schema
     with pytest.raises(Unsupported, match="abstract type Named"):
         compile_operation(schema, parse("query Q { named { name } }"))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_indexed_text_locates_as_graphql_core_does(seed: int) -> None:
+    """graph.plan.Text answers every position as graphql-core's own Source, line
+    breaks of all three kinds included."""
+    import random
+
+    from graphql.language import Source
+
+    from graph.plan import Text
+
+    pick = random.Random(seed)
+    body = "".join(pick.choice(["a", " ", "{", "\n", "\r", "\r\n", "é"]) for _ in range(300))
+    ours, theirs = Text(body), Source(body)
+    assert [ours.get_location(p) for p in range(len(body) + 2)] == \
+        [theirs.get_location(p) for p in range(len(body) + 2)]

@@ -35,7 +35,7 @@ from graphql import (
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from db.database import unavailable
-from graph.plan import Plan, Unsupported, compile_operation
+from graph.plan import Plan, Text, Unsupported, compile_operation
 from kalends.errors import ApiError, internal_error
 from kalends.registry import narrow
 from kalends.validation import Location
@@ -248,7 +248,7 @@ def compile_document(schema: GraphQLSchema, name: str, source: str
                      ) -> tuple[DocumentNode, Plan]:
     """Parse, validate and compile a document that holds one operation, named
     `name`; `InvalidDocument` says what is wrong with it."""
-    ast = parse(source)
+    ast = parse(Text(source))
     errors = validate(schema, ast)
     if errors:
         raise InvalidDocument([f"{name}: {e.message}" for e in errors])
