@@ -6,9 +6,11 @@ they cost is the event loop's turn at the lock. Each time the loop comes back fr
 waiting on its sockets it must take the lock from a computing thread, which gives it
 up only every switch interval (5 ms by default): with four computing threads a
 `/healthz` of a few loop turns took 100 ms at p99 (bench/flood.py). So the work runs
-on a pool of `WORKERS` threads, and the service shortens the switch interval to
-`SWITCH_INTERVAL` (`configure`), which costs a computing thread little and gives the
-loop its turn within a millisecond or so.
+on one thread, and the service shortens the switch interval to `SWITCH_INTERVAL`
+(`configure`), which costs a computing thread little and gives the loop its turn
+within a millisecond or so. With two computing threads a lock the loop asked for
+could go to the other one instead: four of the worst GraphQL documents the limits
+allow held `/healthz` 500-650 ms at p99, 180-200 ms with one (bench/worst_documents.py).
 """
 
 from __future__ import annotations
