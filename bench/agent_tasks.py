@@ -291,6 +291,19 @@ async def _context(agent: Agent) -> dict[str, Any]:
     return dict(await agent.call("getContext", {}))
 
 
+async def _day_zone_and_calendar(agent: Agent) -> tuple[date, str, str]:
+    """Today, the caller's zone and their first calendar: from getContext, or
+    before it, from today's agenda and listCalendars."""
+    if agent.before:
+        today, zone = await _today(agent)
+        calendar = (await agent.call("listCalendars", {"fields": ["name", "is_default"]})
+                    )["data"][0]["id"]
+        return today, zone, calendar
+    context = await _context(agent)
+    return (date.fromisoformat(context["local_now"][:10]), context["time_zone"],
+            context["calendars"]["data"][0]["id"])
+
+
 async def tomorrow(agent: Agent, world: World) -> None:
     # Today's agenda window says the date: two days from today hold tomorrow.
     await agent.call("getAgenda", {"days": 2})
@@ -320,14 +333,7 @@ async def who_is_coming(agent: Agent, world: World) -> None:
 
 
 async def an_hour_with_two_colleagues(agent: Agent, world: World) -> None:
-    if agent.before:
-        today, zone = await _today(agent)
-        calendar = (await agent.call("listCalendars", {"fields": ["name", "is_default"]})
-                    )["data"][0]["id"]
-    else:
-        context = await _context(agent)
-        today, zone = date.fromisoformat(context["local_now"][:10]), context["time_zone"]
-        calendar = context["calendars"]["data"][0]["id"]
+    today, zone, calendar = await _day_zone_and_calendar(agent)
     monday = today + timedelta(days=7 - today.weekday())
     offset = datetime.combine(monday, time(), ZoneInfo(zone)).isoformat()
     found = await agent.call("findMeetingTimes", {
@@ -375,14 +381,7 @@ async def rsvp_to_the_jazz_night(agent: Agent, world: World) -> None:
 
 
 async def call_mum_tomorrow(agent: Agent, world: World) -> None:
-    if agent.before:
-        today, zone = await _today(agent)
-        calendar = (await agent.call("listCalendars", {"fields": ["name", "is_default"]})
-                    )["data"][0]["id"]
-    else:
-        context = await _context(agent)
-        today, zone = date.fromisoformat(context["local_now"][:10]), context["time_zone"]
-        calendar = context["calendars"]["data"][0]["id"]
+    today, zone, calendar = await _day_zone_and_calendar(agent)
     day = today + timedelta(days=1)
     await agent.call("createCalendarEvent", {
         "calendar_id": calendar, "title": "Call mum", "start_time": _at(day, 18),

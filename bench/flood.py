@@ -95,26 +95,9 @@ async def _describe(session: aiohttp.ClientSession, scenarios: list[Scenario]) -
     print(f"D {meeting.name}: unavailable {body['unavailable']}, {len(body['data'])} slots")
 
 
-async def _probes(url: str, name: str, count: int) -> Result:
-    """`count` `GET /healthz` one after another, on a session of their own."""
-    result = Result(name)
-    async with aiohttp.ClientSession() as probe:
-        started = loop_time = asyncio.get_running_loop().time()
-        for _ in range(count):
-            t0 = asyncio.get_running_loop().time()
-            async with probe.get(f"{url}/healthz") as response:
-                await response.read()
-            result.latencies.append(asyncio.get_running_loop().time() - t0)
-            result.statuses[response.status] += 1
-            await asyncio.sleep(0.005)  # a prober's pace, not a loop of its own
-        loop_time = asyncio.get_running_loop().time()
-    result.wall = loop_time - started
-    return result
-
-
 async def _under_load(session: aiohttp.ClientSession, url: str, heavy: Scenario, clients: int,
                       name: str, count: int) -> tuple[Result, int]:
-    """`_probes` while `clients` clients send `heavy` back to back; also how many heavy
+    """`harness.healthz` while `clients` clients send `heavy` back to back; also how many heavy
     requests were answered meanwhile."""
     done = asyncio.Event()
     answered = 0
@@ -131,7 +114,7 @@ async def _under_load(session: aiohttp.ClientSession, url: str, heavy: Scenario,
     tasks = [asyncio.create_task(client()) for _ in range(clients)]
     await asyncio.sleep(0.5)  # the heavy clients are all in flight
     try:
-        result = await _probes(url, name, count)
+        result = await harness.healthz(url, name, count)
     finally:
         done.set()
         await asyncio.gather(*tasks)
@@ -157,7 +140,8 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
     results: list[Result] = []
     busy_answered = []
     for round_ in range(args.rounds):
-        results.append(await _probes(url, f"A GET /healthz idle #{round_ + 1}", args.probes))
+        results.append(await harness.healthz(url, f"A GET /healthz idle #{round_ + 1}",
+                                             args.probes))
         for letter, scenario in zip("BCD", scenarios, strict=True):
             named = Scenario(f"{letter} {scenario.name} #{round_ + 1}", scenario.url_for,
                              scenario.method, scenario.body_for)

@@ -409,6 +409,23 @@ async def database_url() -> AsyncIterator[str]:
         embedded.stop(server)
 
 
+async def healthz(url: str, name: str, count: int) -> Result:
+    """`count` `GET /healthz` one after another, on a session of their own."""
+    result = Result(name)
+    async with aiohttp.ClientSession() as probe:
+        started = loop_time = asyncio.get_running_loop().time()
+        for _ in range(count):
+            t0 = asyncio.get_running_loop().time()
+            async with probe.get(f"{url}/healthz") as response:
+                await response.read()
+            result.latencies.append(asyncio.get_running_loop().time() - t0)
+            result.statuses[response.status] += 1
+            await asyncio.sleep(0.005)  # a prober's pace, not a loop of its own
+        loop_time = asyncio.get_running_loop().time()
+    result.wall = loop_time - started
+    return result
+
+
 async def call(session: aiohttp.ClientSession, method: str, url: str, expected: int,
                body: object = None, *, key: str | None = None) -> Any:
     """One API request that must answer `expected`: its JSON body ({} for 204). `key`:

@@ -141,21 +141,6 @@ async def _send(session: aiohttp.ClientSession, url: str, document: str,
     return took, ",".join(codes) or "data"
 
 
-async def _probes(url: str, name: str, count: int) -> Result:
-    result = Result(name)
-    async with aiohttp.ClientSession() as probe:
-        started = time.perf_counter()
-        for _ in range(count):
-            t0 = time.perf_counter()
-            async with probe.get(f"{url}/healthz") as response:
-                await response.read()
-            result.latencies.append(time.perf_counter() - t0)
-            result.statuses[response.status] += 1
-            await asyncio.sleep(0.005)
-        result.wall = time.perf_counter() - started
-    return result
-
-
 async def _loaded(session: aiohttp.ClientSession, url: str, document: str,
                   variables: dict[str, Any], clients: int, name: str, probes: int) -> Result:
     done = asyncio.Event()
@@ -167,7 +152,7 @@ async def _loaded(session: aiohttp.ClientSession, url: str, document: str,
     tasks = [asyncio.create_task(client()) for _ in range(clients)]
     await asyncio.sleep(0.3)
     try:
-        return await _probes(url, name, probes)
+        return await harness.healthz(url, name, probes)
     finally:
         done.set()
         await asyncio.gather(*tasks)
@@ -195,7 +180,8 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
     print(f"\nslowest: {worst[1]} ({worst[0]:.3f} s)")
     results: list[Result] = []
     for round_ in range(args.rounds):
-        results.append(await _probes(url, f"A GET /healthz idle #{round_ + 1}", args.probes))
+        results.append(await harness.healthz(url, f"A GET /healthz idle #{round_ + 1}",
+                                             args.probes))
         results.append(await _loaded(
             session, url, worst[2], worst[3], args.heavy,
             f"B GET /healthz, {args.heavy} x slowest #{round_ + 1}", args.probes))

@@ -14,19 +14,15 @@ import dataclasses
 import json
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import npm_cache
 import orjson
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from oauth_flow import tokens_for
+from test_mcp_toolsets import _session
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
 from kalends.registry import OPERATIONS
@@ -71,14 +67,6 @@ async def bearer(live_server: Any, user: Any) -> Any:
     return dataclasses.replace(user, api_key=tokens["access_token"])
 
 
-@asynccontextmanager
-async def _session(url: str, headers: dict[str, str], mode: str = "auto"
-                   ) -> AsyncIterator[Client]:
-    async with (
-        httpx2.AsyncClient(headers=headers) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode, cache=None) as client,
-    ):
-        yield client
 
 
 @pytest.mark.parametrize("route", ROUTES)
