@@ -59,6 +59,20 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, _interrupt)
 
 
+_PROCESS_FIXTURES = frozenset({"services", "browser"})
+"""Fixtures that start processes of their own (kalends serve, Chromium): a test that
+uses one is marked slow, so the fast loop (`pytest -m "not slow"`) stays fast."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    unmarked = [item.nodeid for item in items
+                if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
+                and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests start processes: mark them @pytest.mark.slow: "
+                                + ", ".join(unmarked))
+
+
 @pytest.fixture(autouse=True)
 def _plan_matches_graphql_core() -> Iterator[None]:
     before = len(plan_oracle.MISMATCHES)

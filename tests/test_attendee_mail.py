@@ -106,6 +106,7 @@ def _parts(message: EmailMessage) -> tuple[str, Calendar, Any]:
     return text.get_content(), Calendar.from_ical(calendar.get_content()), calendar
 
 
+@pytest.mark.slow
 async def test_reschedule_then_cancel_reach_each_attendee_as_imip(
     mail: tuple[LiveServer, Inbox],
 ) -> None:
@@ -164,6 +165,7 @@ async def test_reschedule_then_cancel_reach_each_attendee_as_imip(
         assert len(inbox.received) == 3
 
 
+@pytest.mark.slow
 async def test_no_mail_without_allow_notifications_and_retries_after_a_refusal(
     mail: tuple[LiveServer, Inbox],
 ) -> None:
@@ -222,6 +224,7 @@ async def _cancelled_with_attendees(mail: tuple[LiveServer, Inbox], api: Api, ow
     return event
 
 
+@pytest.mark.slow
 async def test_jobs_of_one_event_running_at_once_write_to_each_address_once(
     mail: tuple[LiveServer, Inbox],
 ) -> None:

@@ -42,6 +42,9 @@ from kalends.errors import AdminError
 from kalends.oauth import keys
 from kalends.service import config
 
+# slow: pg_dump and pg_restore runs, a PostgreSQL 15 cluster (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 BACKUP = {"backup", "bytes", "database"}
 RESTORE = {"restored", "previous", "database"}
 USER = {"email", "display_name", "organization_id", "calendar_id", "consumer", "api_key"}

@@ -399,6 +399,7 @@ async def test_update_changes_what_is_sent(api: Any, user: Any) -> None:
     assert await get_event(api, user, user.calendar_id, event["id"]) == changed
 
 
+@pytest.mark.slow
 async def test_an_empty_patch_changes_nothing(api: Any, user: Any) -> None:
     event = await create(api, user)
     await asyncio.sleep(1.1)  # so a touched updated_at would show

@@ -223,6 +223,7 @@ async def test_create_key_gives_a_second_working_key(
     assert status == 200, body
 
 
+@pytest.mark.slow
 async def test_consumer_is_unusable_until_claimed(
     database_url: str, api: Any, cli_user: dict[str, Any]
 ) -> None:
@@ -247,6 +248,7 @@ async def test_consumer_is_unusable_until_claimed(
     assert [o["id"] for o in body["data"] if o["is_default"]] == [cli_user["organization_id"]]
 
 
+@pytest.mark.slow
 async def test_organization_and_members_with_each_role(
     database_url: str, live_server: Any, api: Any, cli_user: dict[str, Any]
 ) -> None:
@@ -315,6 +317,7 @@ async def test_create_calendar(database_url: str, cli_user: dict[str, Any]) -> N
     assert defaults == 1  # still exactly one default calendar
 
 
+@pytest.mark.slow
 async def test_bad_input_exits_non_zero_and_changes_nothing(
     database_url: str, live_server: Any, api: Any, cli_user: dict[str, Any]
 ) -> None:
@@ -423,6 +426,7 @@ def last_used(database_url: str, address: str) -> str | None:
     return used
 
 
+@pytest.mark.slow
 async def test_list_keys_shows_every_key_of_the_user_and_no_secret(database_url: str) -> None:
     address = email("keys")
     created = one_object(run_admin(database_url, "create-user", "--email", address),
@@ -454,6 +458,7 @@ async def test_list_keys_shows_every_key_of_the_user_and_no_secret(database_url:
     assert all(k["last_used_at"] is None and k["revoked_at"] is None for k in keys), keys
 
 
+@pytest.mark.slow
 async def test_last_used_at_is_written_at_most_once_a_minute(
     database_url: str, live_server: Any, api: Any
 ) -> None:
@@ -499,6 +504,7 @@ async def test_last_used_at_is_written_at_most_once_a_minute(
     assert at(last_used(database_url, address) or "") == stale
 
 
+@pytest.mark.slow
 async def test_revoke_key_by_id_or_from_stdin(database_url: str, api: Any) -> None:
     address = email("revoke")
     created = one_object(run_admin(database_url, "create-user", "--email", address),
@@ -539,6 +545,7 @@ async def test_revoke_key_by_id_or_from_stdin(database_url: str, api: Any) -> No
         on_line["revoked_at"], revoked["revoked_at"], from_stdin["revoked_at"]]
 
 
+@pytest.mark.slow
 def test_revoke_key_refusals_are_json_errors(database_url: str) -> None:
     unknown = "key_" + secrets.token_hex(16)
     cases = {
@@ -602,6 +609,7 @@ def command(name: str) -> tuple[str, ...]:
     return ("admin", "create-user", "--email", "first-hour@example.com")
 
 
+@pytest.mark.slow
 def test_database_url_unreachable_or_malformed(database_url: str, tmp_path: Path) -> None:
     refused = free_port()
     missing = "kalends_missing_" + secrets.token_hex(4)
@@ -643,6 +651,7 @@ def test_database_url_unreachable_or_malformed(database_url: str, tmp_path: Path
         one_line(proc, *cases[case][1])
 
 
+@pytest.mark.slow
 def test_port_in_use_or_host_unresolvable(tmp_path: Path) -> None:
     """Refused before the embedded database starts: nothing to wait for, nothing to undo."""
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
@@ -662,6 +671,7 @@ def test_port_in_use_or_host_unresolvable(tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.slow
 def test_unusable_data_dir(database_url: str, data_dir: Path) -> None:
     a_file = data_dir / "a-file"
     a_file.write_text("not a directory\n")

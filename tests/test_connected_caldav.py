@@ -52,6 +52,9 @@ from ical_readers import (
 from kalends.connected import admin, engine
 from kalends.service import config
 
+# slow: a real CalDAV server (Radicale) per test (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 
 @dataclasses.dataclass
 class World:

@@ -50,6 +50,9 @@ from kalends.connected.provider import (
 from kalends.errors import AdminError
 from kalends.service import config
 
+# slow: real CalDAV and HTTP servers per test (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 OTHER = "127.0.0.2"
 OTHER_REPLY = b"OTHER-HOST-REPLY"
 

@@ -407,6 +407,7 @@ async def test_microsoft_copies_use_transaction_ids(world: World, api: Api) -> N
     await eventually(lambda: copy_count(0), "cancelled copy removed")
 
 
+@pytest.mark.slow
 async def test_many_accounts_sync_at_once_without_starving_the_pool(
         world: World, api: Api) -> None:
     # More accounts than the job pool has connections (4), all synced at once: each

@@ -33,7 +33,8 @@ LOOK_AT = Path("/tmp/consent.png")  # a copy for a human to look at
 WIDTH, HEIGHT = 900, 1100
 STATE = "browser-state"
 
-pytestmark = needs_chromium
+# slow: headless Chromium (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = [pytest.mark.slow, needs_chromium]
 
 
 @pytest.fixture(scope="module")

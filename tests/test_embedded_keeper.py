@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from processes import (
     ROOT,
     Psql,
@@ -35,6 +36,9 @@ from processes import (
     start,
     wait_listening,
 )
+
+# slow: kalends serve processes and a killed PostgreSQL (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
 
 ROUNDS = 20
 CONCURRENT_ADMINS = 8

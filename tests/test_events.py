@@ -103,6 +103,7 @@ async def test_create_on_the_profile_path(api: Any, make_user: Any) -> None:
     assert status == 200 and fetched == event
 
 
+@pytest.mark.slow
 async def test_the_earliest_times_are_written_with_four_digit_years(api: Any,
                                                                     make_user: Any) -> None:
     # Paris kept local mean time (+00:09:21) then: 00:30 there is 00:20:39 UTC, in year 1.
@@ -617,6 +618,7 @@ async def test_slug_pattern(api: Any, make_user: Any, slug: str) -> None:
 # Visibility
 
 
+@pytest.mark.slow
 async def test_stranger_sees_public_events_of_public_profiles_only(api: Any, make_user: Any) -> None:
     owner, public_profile = await setup(api, make_user)
     private_profile = await new_profile(api, owner, is_private=True)
@@ -645,6 +647,7 @@ async def test_stranger_sees_public_events_of_public_profiles_only(api: Any, mak
     assert {public["id"], private["id"], on_private["id"]} <= set(feed)
 
 
+@pytest.mark.slow
 async def test_organization_members_see_private_events(live_server: Any, api: Any, make_user: Any) -> None:
     owner, member, org = await org_with(live_server, make_user, "member")
     profile = await new_profile(api, owner, organization_id=org, is_private=True)
@@ -655,6 +658,7 @@ async def test_organization_members_see_private_events(live_server: Any, api: An
     assert private["id"] in await global_ids(api, member)
 
 
+@pytest.mark.slow
 async def test_events_of_a_deleted_profile(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     stranger = await make_user()
@@ -679,6 +683,7 @@ async def test_events_of_a_deleted_profile(api: Any, make_user: Any) -> None:
 # Lists and pages
 
 
+@pytest.mark.slow
 async def test_profile_list_is_ordered_by_start_time_then_id(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     starts = ["2026-05-03T10:00", "2026-05-01T10:00", "2026-05-02T10:00", "2026-05-01T10:00",
@@ -699,6 +704,7 @@ async def test_profile_list_is_ordered_by_start_time_then_id(api: Any, make_user
     assert [e["id"] for e in feed if e["id"] in set(expected)] == expected
 
 
+@pytest.mark.slow
 async def test_pages_walk_every_event_once(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     for day in (7, 3, 5, 1, 6, 2, 4, 3):
@@ -782,6 +788,7 @@ async def test_default_page_size_is_20(api: Any, make_user: Any) -> None:
     assert len(page["data"]) == 21 and page["has_more"] is False
 
 
+@pytest.mark.slow
 async def test_recurring_events_are_listed_once(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     event = await new_event(api, owner, profile, **timed(recurrence_rule="FREQ=DAILY;COUNT=30"))
@@ -1402,6 +1409,7 @@ async def test_invalid_idempotency_key(api: Any, make_user: Any, bad: str) -> No
 # More rules around the edges
 
 
+@pytest.mark.slow
 async def test_deleted_profile_events_are_for_its_administrators_only(
     live_server: Any, api: Any, make_user: Any
 ) -> None:
@@ -1421,6 +1429,7 @@ async def test_deleted_profile_events_are_for_its_administrators_only(
     assert_error(status, body, 404, "resource_not_found")
 
 
+@pytest.mark.slow
 async def test_making_an_event_private_hides_it(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     stranger = await make_user()

@@ -182,6 +182,7 @@ def _assert_stopped_once(service: Service, name: str) -> None:
             or "Traceback" in str(e)] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_logs_the_stop_signal_and_when_it_has_stopped(
         data_dir: Path, tmp_path: Path, services: list[Service], stop: signal.Signals) -> None:
@@ -197,6 +198,7 @@ def test_serve_logs_the_stop_signal_and_when_it_has_stopped(
     assert _entries(service, "stopped")[0]["seconds"] >= 1  # the drain
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_worker_once(data_dir: Path, tmp_path: Path,
                                         services: list[Service]) -> None:
     """A terminal's Ctrl-C signals the whole process group: the supervisor and each

@@ -427,6 +427,7 @@ async def _check_world(live: LiveServer, world: dict[str, Any]) -> None:
         assert found["data"] == expected_slots(blocked, meeting["time_zone"], meeting)
 
 
+@pytest.mark.slow
 @given(worlds())
 @settings(max_examples=30, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,

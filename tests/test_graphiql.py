@@ -35,6 +35,9 @@ from yarl import URL
 
 from graph.ws import FEED
 
+# slow: headless Chromium (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 ASSETS = Path(__file__).resolve().parent.parent / "graph" / "graphiql"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 LOOK_AT = Path("/tmp/graphiql.png")  # a copy for a human to look at

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from cdp import Page, needs_chromium
 from conftest import LiveServer
 from test_graphiql import (
@@ -16,6 +17,9 @@ from test_graphiql import (
     requests_sent,
     until,
 )
+
+# slow: headless Chromium (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
 
 ERRORS = ("not_authenticated", "unknown or revoked", "error")
 

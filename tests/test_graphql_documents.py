@@ -222,6 +222,7 @@ _READS = ["organizations", "profiles", "events", "calendars", "subscriptions", "
           "profile_events", "event_rsvp_stats"]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(query=queries(sdl(), fields=_READS))
@@ -332,6 +333,7 @@ _REPRESENTATIVE = [query for query, _, _ in _DASHBOARD] + [
 ]
 
 
+@pytest.mark.slow
 def test_weight_covers_what_a_document_holds() -> None:
     """Each entry's weight, which the byte bound adds up, is at least the memory
     its tree, validation and plans take once every form is compiled (tracemalloc),
@@ -373,6 +375,7 @@ def _print_weights() -> None:
     sys.stdout.buffer.write(orjson.dumps(weights))
 
 
+@pytest.mark.slow
 async def test_ten_thousand_distinct_documents_stay_within_the_bounds(
         live_server: LiveServer, user: User, monkeypatch: pytest.MonkeyPatch) -> None:
     # The plans alone: graphql-core's replay of each would double the time, and every
@@ -406,6 +409,7 @@ async def test_ten_thousand_distinct_documents_stay_within_the_bounds(
     assert grown < 40 * 1024 * 1024, grown
 
 
+@pytest.mark.slow
 def test_a_byte_bound_evicts_large_documents_first_in_first_out() -> None:
     cache = Documents(schema._schema, max_entries=100, max_bytes=8 * 1024 * 1024)
     big = [f"query Big{i} {{ organizations {{ has_more }} }} #{'x' * 4000}" for i in range(20)]

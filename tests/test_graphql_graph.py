@@ -359,6 +359,7 @@ query($from: String!, $to: String!) {
 }"""
 
 
+@pytest.mark.slow
 async def test_a_dashboard_costs_the_same_statements_at_2_and_20_profiles(
         live_server: Any, api: Any, make_user: Any) -> None:
     owner = await make_user()

@@ -532,6 +532,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_two_serve_processes_share_changes_lose_clients_and_stop_gracefully(
     database_url: str, data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:

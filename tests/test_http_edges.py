@@ -157,6 +157,7 @@ async def _closed_after(reader: asyncio.StreamReader, within: float) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.slow
 async def test_half_sent_heads_are_closed_within_the_limit(quick: LiveServer) -> None:
     async with contextlib.AsyncExitStack() as stack:
         started = time.monotonic()
@@ -193,6 +194,7 @@ async def test_a_slow_head_under_the_limit_is_answered(quick: LiveServer) -> Non
         assert (await _answer(reader))[0] == 200
 
 
+@pytest.mark.slow
 async def test_kept_alive_connections_idle_longer_and_each_head_has_the_limit(
         quick: LiveServer) -> None:
     async with _connection(quick.url) as (reader, writer):
@@ -207,6 +209,7 @@ async def test_kept_alive_connections_idle_longer_and_each_head_has_the_limit(
         assert await _closed_after(reader, LIMIT + _MARGIN) >= LIMIT * 0.9
 
 
+@pytest.mark.slow
 async def test_a_half_head_pipelined_behind_a_request_is_closed(quick: LiveServer) -> None:
     async with _connection(quick.url) as (reader, writer):
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: kalends\r\n\r\n" + _HALF_HEAD)
@@ -214,6 +217,7 @@ async def test_a_half_head_pipelined_behind_a_request_is_closed(quick: LiveServe
         await _closed_after(reader, LIMIT + _MARGIN)
 
 
+@pytest.mark.slow
 async def test_a_slow_body_is_no_slow_head(quick: LiveServer) -> None:
     user = await asyncio.to_thread(quick.create_user)
     body = orjson.dumps({"query": "{ __typename }"})
@@ -228,6 +232,7 @@ async def test_a_slow_body_is_no_slow_head(quick: LiveServer) -> None:
     assert (status, orjson.loads(answer)) == (200, {"data": {"__typename": "Query"}})
 
 
+@pytest.mark.slow
 async def test_a_websocket_outlives_the_limit(quick: LiveServer) -> None:
     user = await asyncio.to_thread(quick.create_user)
     url = quick.url.replace("http://", "ws://") + "/graphql"

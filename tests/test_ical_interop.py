@@ -111,6 +111,7 @@ def _difference(reader: str, event: dict[str, Any], window: Window, got: list[An
             f" only the agenda: {missing}")
 
 
+@pytest.mark.slow
 @given(st.lists(st.integers(0, 10**6), min_size=1, max_size=4).flatmap(
     lambda keys: st.tuples(*(event_bodies(f"Event {i}-{k}") for i, k in enumerate(keys)))))
 @settings(max_examples=40, deadline=None, derandomize=True,
@@ -122,6 +123,7 @@ def test_feed_and_imip_read_alike_by_icaljs_recurring_ical_events_and_the_agenda
     live_server.call(_compare(live_server, owner, reader, list(bodies)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body", [
     # A Sunday start that BYDAY=MO,TH does not select: the agenda has 8.
     {"start_time": "2027-03-07T09:00", "end_time": "2027-03-07T10:00",
@@ -179,6 +181,7 @@ def _imported(text: str, window: Window) -> tuple[list[Any], str | None]:
             else ("timed", f.start, f.end) for f in found], reason
 
 
+@pytest.mark.slow
 @given(event_bodies("Imported"))
 @settings(max_examples=300, deadline=None, derandomize=True)
 def test_imported_events_expand_as_recurring_ical_events_reads_them(
@@ -219,6 +222,7 @@ def _zones_to_check() -> list[str]:
     return sorted(named | set(every[::9]) - {"Factory"})
 
 
+@pytest.mark.slow
 def test_vtimezones_read_by_icaljs_give_zoneinfos_offsets_from_2005_to_2045() -> None:
     # A weekly 12:00 in each zone, 2005 to 2045, through the rule changes of
     # those years (the US in 2007, Russia in 2011 and 2014, Morocco's changes,

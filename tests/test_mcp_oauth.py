@@ -531,6 +531,7 @@ async def test_revocation(server: LiveServer, person: User, http: aiohttp.Client
         assert response.status == 200
 
 
+@pytest.mark.slow
 async def test_key_rotation(server: LiveServer, person: User, http: aiohttp.ClientSession
                             ) -> None:
     flow, before = await tokens_for(server.url, person.api_key)
@@ -556,6 +557,7 @@ async def test_key_rotation(server: LiveServer, person: User, http: aiohttp.Clie
     assert kids == [rotated["kid"], old_kid]
 
 
+@pytest.mark.slow
 def test_the_cli_rotates_keys(server: LiveServer) -> None:
     assert server.db.dsn is not None
     env = {**os.environ, "DATABASE_URL": server.db.dsn,
@@ -607,6 +609,7 @@ async def test_expired_grants_are_forgotten(server: LiveServer, person: User) ->
     assert [r["id"] for r in left] == [live]
 
 
+@pytest.mark.slow
 async def test_a_token_checked_before_still_expires(server: LiveServer, person: User,
                                                     http: aiohttp.ClientSession) -> None:
     """Checked claims are remembered between calls, never past the token's expiry

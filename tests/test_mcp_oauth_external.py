@@ -26,6 +26,9 @@ from kalends import accounts
 from kalends.registry import OPERATIONS
 from kalends.service import config
 
+# slow: an npm OpenID provider started for the module (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 MODERN = "2026-07-28"
 WRITER = {"client_id": "agent-rw", "client_secret": secrets.token_urlsafe(16),
           "scope": "kalends:read kalends:write"}

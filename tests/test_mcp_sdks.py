@@ -31,6 +31,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 from oauth_flow import tokens_for
 
+# slow: the npm TypeScript SDK, installed and run (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 SDK_PACKAGE = "@modelcontextprotocol/sdk"
 SDK_VERSION = "1.32.2"  # the version that threw on error results, newest when pinned
 REPO = Path(__file__).resolve().parent.parent

@@ -340,6 +340,7 @@ def _objects(schema: dict[str, Any], root: dict[str, Any]) -> list[Any]:
     return out
 
 
+@pytest.mark.slow
 def test_listed_schemas_accept_and_refuse_what_the_registry_schemas_do() -> None:
     """For every tool, input and output: the same verdict, format assertions on, on a
     corpus made from the registry's schema that holds accepted and refused instances."""
@@ -353,6 +354,7 @@ def test_listed_schemas_accept_and_refuse_what_the_registry_schemas_do() -> None
             assert after.is_valid(instance) is verdict, (where, instance)
 
 
+@pytest.mark.slow
 def test_listed_inputs_leave_out_only_patterns() -> None:
     """Every fact of the registry's input schema but its regular expressions, and so
     every instance it accepts: the server checks them, its error naming the argument."""

@@ -223,6 +223,7 @@ async def test_scrape_answers_while_the_database_is_down(database_url: str) -> N
     assert ("kalends_db_pool_max", frozenset()) in samples
 
 
+@pytest.mark.slow
 def test_two_workers_add_up(
     data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:

@@ -106,6 +106,7 @@ def test_there_are_migrations() -> None:
     assert len(set(VERSIONS)) == len(VERSIONS)
 
 
+@pytest.mark.slow
 async def test_migrate_applies_pending_then_nothing(fresh_database: str) -> None:
     assert printed(run_migrate(fresh_database)) == VERSIONS
     assert await recorded(fresh_database) == [(v, 1) for v in VERSIONS]
@@ -116,6 +117,7 @@ async def test_migrate_applies_pending_then_nothing(fresh_database: str) -> None
     assert await recorded(fresh_database) == [(v, 1) for v in VERSIONS]
 
 
+@pytest.mark.slow
 async def test_concurrent_migrations_of_a_fresh_database(fresh_database: str) -> None:
     command, env = migrate_command(fresh_database)
     procs = [

@@ -98,6 +98,7 @@ def test_every_operation_appears_exactly_once(document: dict[str, Any]) -> None:
         assert documented["operationId"] == name, (op.method, op.path, documented["operationId"])
 
 
+@pytest.mark.slow
 def test_document_is_valid_openapi_3_1(document: dict[str, Any]) -> None:
     """Validated against the OpenAPI 3.1 schema by schemathesis's loader (openapi-spec-validator
     is not a dependency), and every operation must load into a usable test definition."""
@@ -122,6 +123,7 @@ def test_openapi_spec_validator_finds_nothing(document: dict[str, Any]) -> None:
     assert errors == []
 
 
+@pytest.mark.slow
 def test_a_generated_client_has_one_model_per_resource(document: dict[str, Any],
                                                        tmp_path: Path) -> None:
     """Resources are shared components: openapi-python-client makes one `Event` model

@@ -9,10 +9,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kalends", "graph", "rest_bridge", "mcp_bridge", "db")
 
 
+@pytest.mark.slow
 def test_wheel_holds_every_module_and_migration(tmp_path: Path) -> None:
     # Build from a clean copy: a stale build/ in a working tree can hide a
     # package missing from the configuration.

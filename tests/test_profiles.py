@@ -200,6 +200,7 @@ async def test_good_urls_are_kept_as_sent(api: Any, user: Any, url: str) -> None
 _ACCEPT = TypeAdapter(Url)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.from_regex(HTTP_URL_PATTERN, fullmatch=True),
                  st.text(max_size=40).map(lambda tail: "http://" + tail)))

@@ -229,6 +229,7 @@ def test_two_processes_share_one_quota(database_url: str) -> None:
             second.close()
 
 
+@pytest.mark.slow
 def test_serve_with_four_workers_holds_the_limit(
     data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:
@@ -248,6 +249,7 @@ def test_serve_with_four_workers_holds_the_limit(
     assert service.stop() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("variable", "value"), [
     ("KALENDS_RATE_LIMIT", "lots"),
     ("KALENDS_RATE_LIMIT", "0/60"),
@@ -276,6 +278,7 @@ def test_bad_configuration_is_refused_with_one_line(
     assert not (tmp_path / "data").exists()  # refused before anything started
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--port", "0"], ["--port", "http"], ["--workers", "0"]])
 def test_bad_arguments_are_refused(args: list[str]) -> None:
     proc = subprocess.run([sys.executable, "-m", "kalends", "serve", *args], cwd=ROOT,

@@ -43,7 +43,8 @@ from db.migrate import migrate
 from kalends import accounts
 from kalends.service import config
 
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+# slow: a streaming replica (pg_basebackup) and serve processes (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::ResourceWarning")]
 
 DEADLINE = 20.0
 

@@ -672,6 +672,7 @@ def _rules(draw: st.DrawFn) -> str:
     return ";".join(parts)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rule=_rules(),

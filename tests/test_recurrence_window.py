@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
 from dateutil.rrule import rrulestr  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -99,6 +100,7 @@ def _cold() -> None:
     recurrence._last.cache_clear()
 
 
+@pytest.mark.slow
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rule=_rules(),
@@ -134,6 +136,7 @@ def test_a_window_years_after_the_start_has_dateutils_occurrences(
         [o for o in expected if o.start >= later]
 
 
+@pytest.mark.slow
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rule=_rules(),

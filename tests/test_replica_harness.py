@@ -22,6 +22,9 @@ import pytest
 from conftest import data_root, migrated_database
 from replica import Replica, make_replica, postgres_processes, psql, replica_of
 
+# slow: a streaming replica (pg_basebackup) (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def workdir() -> Iterator[Path]:

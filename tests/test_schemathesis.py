@@ -141,6 +141,7 @@ def test_every_path_id_has_a_real_resource(api_schema: Any, seeded: Seeded) -> N
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("operation_id", "mode"), list(_cases()))
 def test_operation_conforms(
     api_schema: Any, fuzz_user: Any, live_server: Any, http: requests.Session,

@@ -520,6 +520,7 @@ ANALYZE series;
 """
 
 
+@pytest.mark.slow
 async def test_a_page_reads_a_bounded_number_of_rows_however_common_the_word(
     live_server: Any,
 ) -> None:

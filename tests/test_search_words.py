@@ -72,6 +72,7 @@ async def _first_page(conn: Any, text: str) -> tuple[Any, list[Any]]:
     return orjson.loads(row[0])[0]["Plan"], found
 
 
+@pytest.mark.slow
 async def test_the_list_follows_a_newer_analyze_and_only_that(words_dsn: str) -> None:
     common = word()
     db = await Database.connect(words_dsn, min_size=1, max_size=2)
@@ -122,6 +123,7 @@ async def test_the_list_follows_a_newer_analyze_and_only_that(words_dsn: str) ->
         await db.close()
 
 
+@pytest.mark.slow
 def test_the_service_walks_a_loaded_word_soon_after_its_analyze(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,6 +44,9 @@ from processes import (
     wait_until_gone,
 )
 
+# slow: kalends serve processes (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 
 def test_serve_with_embedded_database(
     data_dir: Path, tmp_path: Path, services: list[Service]

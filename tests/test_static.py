@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["kalends", "graph", "rest_bridge", "mcp_bridge", "db"]
 
@@ -22,6 +24,7 @@ def test_ruff() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_mypy_strict() -> None:
     result = _run("mypy", *PACKAGES)
     assert result.returncode == 0, result.stdout + result.stderr

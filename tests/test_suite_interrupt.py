@@ -11,6 +11,10 @@ import time
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
+import pytest
+
+# slow: a pytest run of its own, interrupted (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).resolve().parent
 

@@ -1259,6 +1259,7 @@ def test_the_earliest_and_latest_instants() -> None:
     assert compact_utc(datetime(12, 3, 4, 5, 6, 7, tzinfo=UTC)) == "00120304T050607Z"
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(st.one_of(
     st.from_regex(TIME_PATTERN, fullmatch=True),

@@ -253,6 +253,7 @@ async def test_cancel_and_patches_race_as_if_serial(
         assert all(d["status"] == "scheduled" for d in updated), updated
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hooked", [False, True], ids=["no-endpoint", "endpoint"])
 async def test_concurrent_deletes_one_wins(
     api: Api, live_server: LiveServer, make_user: Callable[..., Awaitable[User]],

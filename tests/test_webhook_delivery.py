@@ -161,6 +161,7 @@ async def _setup(api: Api, live: LiveServer, url: str, **fields: Any
     return owner, profile, endpoint
 
 
+@pytest.mark.slow
 async def test_every_change_arrives_signed_in_order_with_the_resource_as_rest_shows_it(
     hapi: Api, hooks: LiveServer, receiver: Receiver,
 ) -> None:
@@ -244,6 +245,7 @@ def _title(text: str) -> str:
     return f'"title":"{text}"'
 
 
+@pytest.mark.slow
 async def test_one_events_messages_arrive_in_order_when_one_is_retried(
     hapi: Api, hooks: LiveServer, receiver: Receiver,
 ) -> None:
@@ -277,6 +279,7 @@ async def test_one_events_messages_arrive_in_order_when_one_is_retried(
     assert (row["attempts"], row["state"]) == (4, "delivered")
 
 
+@pytest.mark.slow
 async def test_a_message_waiting_for_its_retry_holds_back_only_its_own_event(
     hapi: Api, hooks: LiveServer, receiver: Receiver,
 ) -> None:
@@ -412,6 +415,7 @@ async def test_410_disables_the_endpoint_and_enabling_it_resumes_the_queue(
     assert _verified(endpoint["secret"], got[1])["data"]["title"] == "Third"
 
 
+@pytest.mark.slow
 async def test_an_endpoint_that_keeps_failing_is_disabled_with_its_reason(
     hapi: Api, hooks: LiveServer, receiver: Receiver,
 ) -> None:
@@ -480,6 +484,7 @@ async def test_a_rotated_secret_signs_beside_the_old_one_for_24_hours(
         Webhook(old).verify(got[1].body, got[1].headers)
 
 
+@pytest.mark.slow
 async def test_a_secret_sealed_under_another_key_sends_nothing_and_says_why(
     hapi: Api, hooks: LiveServer, receiver: Receiver,
 ) -> None:
@@ -608,6 +613,7 @@ async def test_a_run_that_outlived_its_lease_stops_and_leaves_the_next_one_alone
         await conn.execute("DELETE FROM webhook_lanes WHERE endpoint_id = $1", endpoint_id)
 
 
+@pytest.mark.slow
 async def test_a_worker_killed_mid_delivery_loses_nothing(
     jobless: tuple[str, LiveServer], receiver: Receiver,
 ) -> None:
@@ -656,6 +662,7 @@ class _Request:
     status: int = 0
 
 
+@pytest.mark.slow
 async def test_two_worker_processes_keep_each_events_messages_in_order_and_one_at_a_time(
     jobless: tuple[str, LiveServer],
 ) -> None:

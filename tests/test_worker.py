@@ -25,6 +25,9 @@ from conftest import Api, LiveServer, handle, migrated_database, new_event, new_
 from db import sync as sync_store
 from db.database import Tx
 
+# slow: kalends worker processes, one killed (the fast loop, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
