@@ -234,16 +234,17 @@ def _expand_each(asks: Sequence[_Occurrences], budget: expansion.Budget
     """Each ask's occurrences; once the budget is spent, the error for every ask of
     the batch (the document asked for more than it may: none of its lists is made
     into an answer, which would cost the event loop as much again)."""
-    found: list[list[EventOccurrence]] = []
+    spans: list[list[expansion.Span]] = []
     for ask in asks:
         try:
-            found.append([_occurrence(o) for o in
-                          dashboard.occurrences(ask.event, ask.range, ask.tz, budget)])
+            spans.append(dashboard.occurrence_spans(ask.event, ask.range, ask.tz, budget))
         except ApiError:
             # One error each: an exception raised by 500 coroutines would gather
             # 500 frames in its one traceback.
             return [expansion.exhausted() for _ in asks]
-    return found
+    # Only a batch within the budget is made into answers.
+    return [[_occurrence(o) for o in dashboard.described(ask.event, found, ask.tz)]
+            for ask, found in zip(asks, spans, strict=True)]
 
 
 def _occurrence(o: dashboard.Occurrence) -> EventOccurrence:

@@ -106,10 +106,23 @@ def occurrences(row: Mapping[str, Any], r: Range, tz: ZoneInfo, budget: expansio
     """The occurrences of event `row` that meet [start, end), as the agenda shows
     them in zone `tz`: sorted, the first MAX_OCCURRENCES. Raises `expansion_limit`
     when they cannot all be told within the budget."""
+    return described(row, occurrence_spans(row, r, tz, budget), tz)
+
+
+def occurrence_spans(row: Mapping[str, Any], r: Range, tz: ZoneInfo,
+                     budget: expansion.Budget) -> list[expansion.Span]:
+    """`occurrences`' spans alone: what the budget pays for, before anything is made
+    of them (a batch that passes the budget makes nothing)."""
     found, reason = expansion.spans(row, instant_window(r, tz), budget,
                                     limit=MAX_OCCURRENCES + 1)
     if reason == "expansion_limit":
         raise expansion.exhausted()
+    return found
+
+
+def described(row: Mapping[str, Any], found: Sequence[expansion.Span], tz: ZoneInfo
+              ) -> list[Occurrence]:
+    """Event `row`'s spans as occurrences seen from zone `tz`, the first MAX_OCCURRENCES."""
     return [
         Occurrence(
             agenda.occurrence_id(row["id"], s.start, s.start_date), s.start, s.end,
