@@ -72,8 +72,11 @@ SIZES: dict[tuple[str, str], int] = {
     ("FirstCalendars", "data"): 100,  # and 100 calendars
 }
 """`*Page.data` holds its connection's `limit`, counted there: 1 here."""
-EXPANDS: frozenset[tuple[str, str]] = frozenset({("Event", "occurrences"),
-                                                 ("Profile", "rsvp_summary")})
+EXPANDS: dict[tuple[str, str], int] = {
+    ("Event", "occurrences"): 1,  # each item is an occurrence
+    ("Profile", "rsvp_summary"): dashboard.MAX_SUMMARY_RECURRING,  # each bucket, every event
+}
+"""Fields whose items are expanded: the occurrences each item may cost."""
 
 
 class QueryLimits(ValidationRule):
@@ -180,9 +183,9 @@ def _field(parent: GraphQLNamedType | None, name: str) -> tuple[int, GraphQLName
 def _per_item(parent: GraphQLNamedType | None, node: FieldNode) -> int:
     """Occurrences each item of field `node` may expand: an occurrence is one; an
     RSVP summary's bucket, each recurring event the summary may read."""
-    if parent is None or (parent.name, node.name.value) not in EXPANDS:
+    if parent is None:
         return 0
-    return 1 if node.name.value == "occurrences" else dashboard.MAX_SUMMARY_RECURRING
+    return EXPANDS.get((parent.name, node.name.value), 0)
 
 
 def _multiplier(node: FieldNode, default: int) -> int:

@@ -243,16 +243,18 @@ def _expand_each(asks: Sequence[_Occurrences], budget: expansion.Budget
             # 500 frames in its one traceback.
             return [expansion.exhausted() for _ in asks]
     # Only a batch within the budget is made into answers.
-    return [[_occurrence(o) for o in dashboard.described(ask.event, found, ask.tz)]
+    return [[_occurrence(o, ask.event) for o in dashboard.described(ask.event, found, ask.tz)]
             for ask, found in zip(asks, spans, strict=True)]
 
 
-def _occurrence(o: dashboard.Occurrence) -> EventOccurrence:
+def _occurrence(o: dashboard.Occurrence, event: asyncpg.Record) -> EventOccurrence:
+    # Its own local times are on the event's zones (`local_start` is on the asked one).
     return EventOccurrence(
         occurrence_id=o.occurrence_id, start=Timestamp(o.start),
         end=Timestamp(o.end) if o.end is not None else None, local_start=o.local_start,
         local_end=o.local_end, start_date=o.start_date, end_date=o.end_date,
-        is_all_day=o.is_all_day)
+        is_all_day=o.is_all_day, start_timezone=event["start_timezone"],
+        end_timezone=event["end_timezone"])
 
 
 async def rsvp_summary(ctx: Context, profile: asyncpg.Record, start: str, end: str,

@@ -358,12 +358,7 @@ class Event:
         timezone: str | None = None,
     ) -> list[EventOccurrence]:
         from graph import lists
-        found = await lists.event_occurrences(info.context, self.row, from_, to, timezone)
-        # Their own local times are on the event's zones (the answer's are the asked one).
-        for occurrence in found:
-            occurrence.start_timezone = self.start_timezone
-            occurrence.end_timezone = self.end_timezone
-        return found
+        return await lists.event_occurrences(info.context, self.row, from_, to, timezone)
 
     @strawberry.field(description="The owning profile, when visible (expand=profile).")
     async def profile(self, info: strawberry.Info) -> Profile | None:

@@ -101,18 +101,12 @@ class Occurrence(NamedTuple):
     is_all_day: bool
 
 
-def occurrences(row: Mapping[str, Any], r: Range, tz: ZoneInfo, budget: expansion.Budget
-                ) -> list[Occurrence]:
-    """The occurrences of event `row` that meet [start, end), as the agenda shows
-    them in zone `tz`: sorted, the first MAX_OCCURRENCES. Raises `expansion_limit`
-    when they cannot all be told within the budget."""
-    return described(row, occurrence_spans(row, r, tz, budget), tz)
-
-
 def occurrence_spans(row: Mapping[str, Any], r: Range, tz: ZoneInfo,
                      budget: expansion.Budget) -> list[expansion.Span]:
-    """`occurrences`' spans alone: what the budget pays for, before anything is made
-    of them (a batch that passes the budget makes nothing)."""
+    """Where the occurrences of event `row` that meet [start, end) lie, as the agenda
+    finds them, sorted (`described` makes them occurrences): what the budget pays
+    for, before anything is made of them, so a batch past the budget makes nothing.
+    Raises `expansion_limit` when they cannot all be told within the budget."""
     found, reason = expansion.spans(row, instant_window(r, tz), budget,
                                     limit=MAX_OCCURRENCES + 1)
     if reason == "expansion_limit":
