@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from graphql import (
@@ -32,6 +32,7 @@ from graphql import (
     parse,
     validate,
 )
+from multidict import MultiDict
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from db.database import unavailable
@@ -80,7 +81,7 @@ class Mcp:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # each one declared once: its identity is its key
 class Operation:
     name: str
     method: str
@@ -95,7 +96,8 @@ class Operation:
     body: type[BaseModel] | None = None
     status: int = 200
     creates: bool = False
-    """Marked IK in the spec: accepts an Idempotency-Key (validated and logged)."""
+    """A create: accepts an Idempotency-Key, validated and logged, never deduplicated
+    (docs/api-choices.md, opening list)."""
     created: str | None = None
     """Dotted path to a Boolean telling a create (201) from a replace (200)."""
     no_body_status: str | None = None
@@ -302,6 +304,23 @@ def bind(
     *,
     query_location: Location = "query",
 ) -> dict[str, Any]:
+    if op.body is None:
+        # A read's variables follow from its path and query alone, and a client asks
+        # for the same page again and again: each distinct request is validated once.
+        key = (tuple(path.items()), tuple(query.items()))
+        return dict(_bound(op, key[0], key[1], query_location))
+    return _bind(op, path, query, body, query_location)
+
+
+@lru_cache(maxsize=2048)
+def _bound(op: Operation, path: tuple[tuple[str, Any], ...], query: tuple[tuple[str, Any], ...],
+           query_location: Location) -> dict[str, Any]:
+    """`_bind` of a body-less operation, kept (its answer is copied, never shared)."""
+    return _bind(op, dict(path), MultiDict(query), None, query_location)
+
+
+def _bind(op: Operation, path: Mapping[str, Any], query: Mapping[str, Any], body: Any,
+          query_location: Location) -> dict[str, Any]:
     variables: dict[str, Any] = {}
     variables.update(validate_model(op.path_model, dict(path), location="path").model_dump())
     values = validate_model(op.query_model, dict(query), location=query_location).model_dump()

@@ -18,6 +18,7 @@ import ipaddress
 import logging
 import os
 from collections.abc import AsyncIterator, Iterator
+from functools import lru_cache
 from typing import Any
 
 from aiohttp import web
@@ -86,10 +87,17 @@ _EMBEDDED_RESTARTS = Counter(
 
 def observe_request(request: web.Request, status: int, seconds: float) -> None:
     """Count and time one answered request (the outermost middleware calls it)."""
-    operation = _operation(request)
-    method = request.method if request.method in _METHODS else "other"
-    _REQUESTS.labels(operation, method, str(status)).inc()
-    _LATENCY.labels(operation, method).observe(seconds)
+    count, latency = _series(_operation(request),
+                             request.method if request.method in _METHODS else "other", status)
+    count.inc()
+    latency.observe(seconds)
+
+
+@lru_cache(maxsize=4096)
+def _series(operation: str, method: str, status: int) -> tuple[Any, Any]:
+    """One request kind's counter and histogram, looked up once: their labels come
+    from bounded sets (operations, route templates, methods, statuses)."""
+    return _REQUESTS.labels(operation, method, str(status)), _LATENCY.labels(operation, method)
 
 
 def observe_malformed(status: int) -> None:
@@ -220,16 +228,21 @@ async def _read_database(db: Database) -> list[Metric]:
 
 def _replicas(reads: Reads | None) -> list[Metric]:
     """Each read replica as this process's last check found it (db/replicas.py)."""
-    up = GaugeMetricFamily("kalends_db_replica_up",
-                           "1 when the read replica is used for reads, else 0.", labels=["replica"])
-    lag = GaugeMetricFamily("kalends_db_replica_lag_seconds",
-                            "Seconds the read replica was behind the primary at its last check.",
-                            labels=["replica"])
+    up = GaugeMetricFamily(
+        "kalends_db_replica_up", "1 when the last check reached the read replica and found it "
+        "replaying this primary's WAL, else 0.", labels=["replica"])
+    in_use = GaugeMetricFamily(
+        "kalends_db_replica_in_use", "1 when reads are sent to the read replica (up, and no "
+        "more than KALENDS_READ_MAX_LAG_SECONDS behind), else 0.", labels=["replica"])
+    lag = GaugeMetricFamily(
+        "kalends_db_replica_lag_seconds", "Seconds the read replica was behind the primary at "
+        "its last check; absent while it is not up.", labels=["replica"])
     for replica in reads.replicas if reads is not None else ():
         up.add_metric([replica.name], 1 if replica.up else 0)
+        in_use.add_metric([replica.name], 1 if replica.in_use else 0)
         if replica.lag is not None:
             lag.add_metric([replica.name], replica.lag)
-    return [up, lag] if reads is not None else []
+    return [up, in_use, lag] if reads is not None else []
 
 
 def _job_metrics(counts: dict[tuple[str, str], int]) -> list[Metric]:
