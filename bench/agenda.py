@@ -193,8 +193,10 @@ async def _floor(calendar_id: str, rounds: int = 50) -> list[str]:
                 rows = await store.events(*query, **read)
                 fetches.append(time.perf_counter() - started)
                 started = time.perf_counter()
+                changes = await expansion.changes(db, rows, w.start, w.end, w.first_day,
+                                                  w.end_date)
                 items, _, _ = await expansion.run(agenda.merge, rows, w,
-                                                  expansion.request_budget())
+                                                  expansion.request_budget(), changes=changes)
                 merges.append(time.perf_counter() - started)
             recurring = sum(r["recurrence_rule"] is not None for r in rows)
             return [

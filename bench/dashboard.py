@@ -461,7 +461,7 @@ async def explain_summary(dsn: str, written: Written, today: date) -> list[str]:
 
     from db import events as event_store
     from graph import lists
-    from kalends import dashboard
+    from kalends import dashboard, expansion
 
     first = _midnight(today - timedelta(days=SUMMARY_DAYS // 2))
     r = dashboard.Range(first, first + timedelta(days=SUMMARY_DAYS))
@@ -471,22 +471,26 @@ async def explain_summary(dsn: str, written: Written, today: date) -> list[str]:
     try:
         notes: list[str] = []
         explaining: Any = _Explaining(db, notes)
-        await event_store.summary_one_off(explaining, profile, r.start, r.end, tz.key, "week")
-        await event_store.summary_recurring(explaining, profile, r.end,
-                                            lists.MAX_SUMMARY_RECURRING)
+        await event_store.summary_one_off(explaining, profile, r.start, r.end, tz.key, "week",
+                                          "scheduled")
+        await event_store.summary_recurring(explaining, profile, r.end, "scheduled",
+                                            dashboard.MAX_SUMMARY_RECURRING)
         timings: dict[str, list[float]] = {"one_off": [], "recurring": [], "summarize": []}
         for _ in range(6):
             t0 = time.perf_counter()
             grouped = await event_store.summary_one_off(db, profile, r.start, r.end, tz.key,
-                                                        "week")
+                                                        "week", "scheduled")
             t1 = time.perf_counter()
-            recurring = await event_store.summary_recurring(db, profile, r.end,
-                                                            lists.MAX_SUMMARY_RECURRING)
+            recurring = await event_store.summary_recurring(db, profile, r.end, "scheduled",
+                                                            dashboard.MAX_SUMMARY_RECURRING)
+            changes = await expansion.changes(db, recurring, r.start, r.end, r.start.date(),
+                                              r.end.date())
             t2 = time.perf_counter()
             dashboard.summarize(
                 dashboard.bucket_starts(r, tz, "week"),
                 ((g["bucket"], g["events"], lists._counts(g)) for g in grouped),
-                ((row, lists._counts(row)) for row in recurring), r, tz, "week")
+                ((row, lists._counts(row)) for row in recurring), r, tz, "week",
+                expansion.request_budget(), changes, "scheduled")
             t3 = time.perf_counter()
             for name, took in zip(timings, (t1 - t0, t2 - t1, t3 - t2), strict=True):
                 timings[name].append(took * 1000)

@@ -349,9 +349,12 @@ async def trim_to_window(dsn: str) -> str:
                      if r["provider"] == agenda.PROVIDER]
         read = await store.events(db, user["id"], calendars, w.start, w.end, w.first_day,
                                   w.end_date, limit=agenda.READ_ROWS)
+        changes = await expansion.changes(db, read, w.start, w.end, w.first_day, w.end_date)
+
         def _shown(rows: list[asyncpg.Record]) -> list[str]:
             return [r["id"] for r in rows
-                    if expansion.spans(r, w, expansion.request_budget()) != ([], None)]
+                    if expansion.spans(r, w, expansion.request_budget(),
+                                       changes=changes) != ([], None)]
 
         needed = await expansion.run(_shown, read)
         held = await db.fetchval(

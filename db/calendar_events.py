@@ -121,3 +121,12 @@ async def settle(db: Database | Tx, ends: Sequence[tuple[str, str, datetime | No
         [e[0] for e in ends], [e[1] for e in ends], [e[2] for e in ends],
     )
     return int(status.rsplit(" ", 1)[-1])
+
+
+async def is_copy_of(db: Database | Tx, calendar_event_id: str, event_id: str) -> bool:
+    """Whether the calendar event is a subscription copy of the event: what the
+    agenda names its occurrences by (docs/occurrences.md, "Occurrence IDs")."""
+    found: bool = await db.fetchval(
+        "SELECT EXISTS (SELECT FROM calendar_events WHERE id = $1 AND source_event_id = $2)",
+        calendar_event_id, event_id)
+    return found

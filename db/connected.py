@@ -223,11 +223,6 @@ async def synced(tx: Tx, calendar_id: str, token: str | None) -> None:
     )
 
 
-async def forget_token(db: Conn, calendar_id: str) -> None:
-    await db.execute("UPDATE external_calendars SET sync_token = NULL WHERE id = $1",
-                     calendar_id)
-
-
 # -- events from the provider -------------------------------------------------------
 
 

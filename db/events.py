@@ -170,20 +170,23 @@ async def summary_one_off(db: Database, profile_id: str, start: datetime, end: d
 
 async def summary_recurring(db: Database, profile_id: str, end: datetime, status: str | None,
                             limit: int) -> list[asyncpg.Record]:
-    """The profile's recurring events (of `status`, None: any) that start before `end`
-    (the first `limit` by start), with what their expansion needs and their RSVP
-    counts."""
+    """The profile's recurring events that start before `end` (the first `limit` by
+    start), with what their expansion needs and their RSVP counts: of `status`
+    (None: any), where a scheduled event with a cancelled occurrence of its own
+    (docs/occurrences.md) has cancelled occurrences too."""
     return await db.fetch(
         """
         SELECT e.id, e.start_time, e.end_time, e.start_timezone, e.end_timezone, e.is_all_day,
-               e.start_date, e.end_date, e.recurrence_rule,
+               e.start_date, e.end_date, e.recurrence_rule, e.status,
                coalesce(c.going, 0) AS going, coalesce(c.maybe, 0) AS maybe,
                coalesce(c.not_going, 0) AS not_going, coalesce(c.waitlist, 0) AS waitlist,
                coalesce(c.total_attendees, 0) AS total_attendees
         FROM (
             SELECT * FROM events
             WHERE profile_id = $1 AND recurrence_rule IS NOT NULL AND start_time < $2
-              AND ($4::text IS NULL OR status = $4)
+              AND ($4::text IS NULL OR status = $4 OR ($4 = 'cancelled' AND EXISTS (
+                  SELECT FROM event_occurrences o
+                  WHERE o.event_id = events.id AND o.status = 'cancelled')))
             ORDER BY start_time, id LIMIT $3
         ) e LEFT JOIN rsvp_counts c ON c.event_id = e.id
         ORDER BY e.start_time, e.id

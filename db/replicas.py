@@ -3,12 +3,13 @@
 `Reads` holds a pool per replica and a background check of each one: reachable or
 not, how far it has replayed (`pg_last_wal_replay_lsn()`), and how far behind the
 primary it is in seconds. A request that only reads asks `choose(written)` for a
-database once, where its kind is known (kalends/web/reads.py): a replica that is up,
-no more than `max_lag` behind, and has replayed past `written` (the end of the user's
-last write), else the primary. Nothing fails when a replica does: it is skipped until
-a check finds it well again. A server that is not in recovery, or is a replica of
+database once, where its kind is known (kalends/web/reads.py): a replica in use (up,
+and no more than `max_lag` behind) that has replayed past `written` (the end of the
+user's last write), else the primary. Nothing fails when a replica does: it is skipped
+until a check finds it well again. A server that is not in recovery, or is a replica of
 another cluster (a wrong URL: its system identifier is not the primary's), is never
-read.
+read. Each change of a replica's state (down, refused, behind, in use) is logged once,
+in one line that says what an operator can act on.
 
 Read-your-writes across processes: after a write request, `wrote(user_id)` records
 `pg_current_wal_lsn()` on the primary, a position at or after the write's commit; the
@@ -69,9 +70,7 @@ class OrPrimary(Database):
     def _lost(self, exc: ApiError) -> None:
         if exc.code != "service_unavailable":
             raise exc
-        if self._replica.up:
-            log.warning("read replica %s lost; reading the primary", self._replica.name)
-        self._replica.up = False
+        _down(self._replica, "a statement lost its connection")
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         return await self._read("fetch", sql, args)  # type: ignore[no-any-return]
@@ -113,13 +112,61 @@ class Replica:
     name: str
     """How /metrics names it (`replica1`, ...): never the DSN, which may hold a password."""
     db: OrPrimary | None = None
+    checked: bool = False
+    """Whether a check has ended yet (one that finds it down at start says so once)."""
     up: bool = False
+    """The last check reached it and found it replaying this primary's WAL."""
+    behind: bool = False
+    """Up, but more than `max_lag` behind at the last check: not read until it catches up."""
     refused: str | None = None
     """Why a reachable server is not read (not in recovery, another primary's replica):
     said once in the log, not at every check."""
     replayed: int | None = None
     lag: float | None = None
-    """Seconds behind the primary at the last check (0 when it has replayed all it got)."""
+    """Seconds behind the primary at the last check (0 when it has replayed all it got);
+    None while it is not up, so that no stale figure is shown for it."""
+
+    @property
+    def in_use(self) -> bool:
+        """Whether reads may be sent to it: up, not behind, its pool open."""
+        return self.up and not self.behind and self.db is not None and self.lag is not None
+
+
+def _lose(replica: Replica) -> None:
+    """Not up: its last position and lag say nothing any more."""
+    replica.checked = True
+    replica.up = replica.behind = False
+    replica.replayed = replica.lag = None
+
+
+def _down(replica: Replica, why: str) -> None:
+    """Unreachable or failing: said once, when it was up (or at its first check)."""
+    if replica.up or not replica.checked:
+        log.warning("read replica %s down (%s); reading the primary until it is back",
+                    replica.name, why)
+    _lose(replica)
+
+
+_LOST = (asyncpg.InterfaceError, asyncpg.InternalClientError,
+         asyncpg.ConnectionDoesNotExistError, ConnectionError)
+"""What a connection the server or the network dropped raises."""
+
+
+def _why(exc: Exception) -> str:
+    """What a failed check says about the replica, in a few words. asyncpg's own text for a
+    connection the server dropped ("cannot switch to state 12; another operation is in
+    progress") says nothing to an operator."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {_CONNECT_TIMEOUT:g} s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, _LOST):
+        return "connection lost"
+    if isinstance(exc, asyncpg.PostgresError):  # the server's own words: shutting down, ...
+        return (str(exc).splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, OSError):
+        return f"cannot connect: {exc.strerror or type(exc).__name__}"
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
 
 
 @dataclass
@@ -160,7 +207,7 @@ class Reads:
         """A database for one read-only request of a user whose last write ended at
         `written` (None: none recorded), and the name of the target."""
         usable = [r for r in self.replicas
-                  if r.up and r.db is not None and r.lag is not None and r.lag <= self.max_lag
+                  if r.in_use
                   and (written is None or (r.replayed is not None and r.replayed >= written))]
         if not usable:
             return self.primary, "primary"
@@ -189,7 +236,24 @@ class Reads:
     def _refuse(replica: Replica, why: str) -> None:
         if replica.refused != why:
             log.warning("read replica %s %s; skipped", replica.name, why)
-        replica.up, replica.refused = False, why
+        _lose(replica)
+        replica.refused = why
+
+    def _judge_lag(self, replica: Replica, lag: float) -> None:
+        """Up after a check that read `lag`: in use, or skipped while behind; each change
+        said once."""
+        behind = lag > self.max_lag
+        if behind and not replica.behind:
+            log.warning("read replica %s is %.1f s behind the primary, more than the %g s "
+                        "allowed (KALENDS_READ_MAX_LAG_SECONDS); reading the primary until "
+                        "it catches up", replica.name, lag, self.max_lag)
+        elif not behind and replica.behind:
+            log.info("read replica %s caught up (%.1f s behind); reading it again",
+                     replica.name, lag)
+        elif not behind and not replica.up:
+            log.info("read replica %s usable", replica.name)
+        replica.checked, replica.up, replica.behind, replica.refused = True, True, behind, None
+        replica.lag = lag
 
     async def _check(self, replica: Replica) -> None:
         try:
@@ -208,9 +272,7 @@ class Reads:
                        END::float8 AS lag
                 """), _CONNECT_TIMEOUT)
         except Exception as exc:  # down, unreachable, restarting: skipped until well again
-            if replica.up:
-                log.warning("read replica %s unusable: %s", replica.name, exc)
-            replica.up = False
+            _down(replica, _why(exc))
             if replica.db is not None and not isinstance(exc, TimeoutError):
                 db, replica.db = replica.db, None
                 with contextlib.suppress(Exception):
@@ -226,8 +288,5 @@ class Reads:
             # A promoted replica no longer follows the primary's writes.
             self._refuse(replica, "is not in recovery")
             return
-        if not replica.up:
-            log.info("read replica %s usable", replica.name)
-        replica.up, replica.refused = True, None
         replica.replayed = lsn(row["replayed"])
-        replica.lag = row["lag"] if row["lag"] is not None else 0.0
+        self._judge_lag(replica, row["lag"] if row["lag"] is not None else 0.0)

@@ -135,3 +135,22 @@ async def to_notify(db: Database, event_id: str) -> list[asyncpg.Record]:
         """,
         event_id,
     )
+
+
+async def copy(tx: Tx, from_event: str, to_event: str) -> None:
+    """Every RSVP of `from_event`, answered again for `to_event` (a split event's
+    second part, docs/occurrences.md, "Split"): new IDs, the same answers and times
+    of answering. The counts follow (migration 0023's triggers)."""
+    await tx.execute(
+        """
+        INSERT INTO rsvps (id, event_id, user_id, attendee_email, attendee_first_name,
+                           attendee_last_name, status, rsvp_type, num_guests, created_at,
+                           updated_at)
+        SELECT 'rsvp_' || replace(gen_random_uuid()::text, '-', ''), $2, user_id,
+               attendee_email, attendee_first_name, attendee_last_name, status, rsvp_type,
+               num_guests, created_at, updated_at
+        FROM rsvps WHERE event_id = $1
+        ORDER BY created_at, id
+        """,
+        from_event, to_event,
+    )

@@ -178,3 +178,11 @@ async def unlink(db: Database | Tx, series_id: str, event_id: str) -> bool:
         "DELETE FROM series_events WHERE series_id = $1 AND event_id = $2", series_id, event_id
     )
     return status != "DELETE 0"
+
+
+async def copy_membership(tx: Tx, from_event: str, to_event: str) -> None:
+    """`to_event` joins every series `from_event` is in (a split event's second part)."""
+    await tx.execute(
+        "INSERT INTO series_events (series_id, event_id)"
+        " SELECT series_id, $2 FROM series_events WHERE event_id = $1",
+        from_event, to_event)

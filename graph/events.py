@@ -32,11 +32,11 @@ async def load_visible(ctx: Context, event_id: str) -> Event:
     return Event.from_row(domain.check_visible(await ctx.loaders.event.load(key)))
 
 
-async def _reload(ctx: Context, key: str) -> Event:
+async def reload_event(ctx: Context, key: str) -> Event:
     return Event.from_row(domain.check_visible(await reload(ctx.loaders.event, key)))
 
 
-async def _administrable(ctx: Context, event_id: str) -> tuple[str, asyncpg.Record]:
+async def administrable(ctx: Context, event_id: str) -> tuple[str, asyncpg.Record]:
     key = ids.parse("evt", event_id, param="event_id")
     return key, domain.check_administrable(await ctx.loaders.event.load(key), ctx.viewer)
 
@@ -46,7 +46,7 @@ async def _create(ctx: Context, profile_id: str, data: domain.ProfileEventCreate
                                             ctx.viewer)
     profile_rules.check_live(row)
     event_id = await domain.create(ctx.db, row, data, ctx.render)
-    return await _reload(ctx, event_id)
+    return await reload_event(ctx, event_id)
 
 
 @strawberry.type
@@ -109,14 +109,14 @@ class EventMutations:
                            ) -> Event:
         ctx = info.context
         data = parse_input(domain.EventUpdate, input)
-        key, row = await _administrable(ctx, event_id)
+        key, row = await administrable(ctx, event_id)
         await domain.update(ctx.db, row, data, ctx.render)
-        return await _reload(ctx, key)
+        return await reload_event(ctx, key)
 
     @strawberry.mutation(description="Delete an event permanently, with its RSVPs.")
     async def delete_event(self, info: Info, event_id: strawberry.ID) -> bool:
         ctx = info.context
-        _, row = await _administrable(ctx, event_id)
+        _, row = await administrable(ctx, event_id)
         await domain.delete(ctx.db, row, ctx.render)
         return True
 
@@ -127,15 +127,15 @@ class EventMutations:
         data = parse_input(domain.EventCancel, input) if input is not None else (
             domain.EventCancel()
         )
-        key, row = await _administrable(ctx, event_id)
+        key, row = await administrable(ctx, event_id)
         await domain.cancel(ctx.db, row, data, ctx.render)
-        return await _reload(ctx, key)
+        return await reload_event(ctx, key)
 
     @strawberry.mutation(description="Move an event to a new time; reopens a cancelled one.")
     async def reschedule_event(self, info: Info, event_id: strawberry.ID,
                                input: EventRescheduleInput) -> Event:
         ctx = info.context
         data = parse_input(domain.EventReschedule, input)
-        key, row = await _administrable(ctx, event_id)
+        key, row = await administrable(ctx, event_id)
         await domain.reschedule(ctx.db, row, data, ctx.render)
-        return await _reload(ctx, key)
+        return await reload_event(ctx, key)

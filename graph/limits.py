@@ -74,6 +74,7 @@ SIZES: dict[tuple[str, str], int] = {
 """`*Page.data` holds its connection's `limit`, counted there: 1 here."""
 EXPANDS: dict[tuple[str, str], int] = {
     ("Event", "occurrences"): 1,  # each item is an occurrence
+    ("Query", "event_occurrences"): 1,  # a page of them (docs/occurrences.md)
     ("Profile", "rsvp_summary"): dashboard.MAX_SUMMARY_RECURRING,  # each bucket, every event
 }
 """Fields whose items are expanded: the occurrences each item may cost."""

@@ -6,9 +6,9 @@ use, and what is new is decided in `kalends.dashboard`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import date
+from datetime import date, datetime, timedelta
 from typing import Any, get_args
 from zoneinfo import ZoneInfo
 
@@ -23,6 +23,7 @@ from graph.scalars import Timestamp
 from graph.types import Event, EventOccurrence, Page, Profile, Rsvp, RsvpBucket, Series
 from kalends import agenda, dashboard, expansion, ids
 from kalends import follows as follow_rules
+from kalends import occurrences as occurrence_rules
 from kalends import profiles as profile_rules
 from kalends import rsvps as rsvp_rules
 from kalends.errors import ApiError, forbidden
@@ -46,8 +47,9 @@ async def _meet(ctx: Context, rows: Sequence[asyncpg.Record], f: event_store.Fil
     recurring = [r for r in rows if r["recurrence_rule"] is not None]
     if not recurring:
         return [True] * len(rows)
-    found = iter(await expansion.run(dashboard.events_meet, recurring,
-                                     dashboard.Range(f.start, f.end), ctx.budget))
+    r = dashboard.Range(f.start, f.end)
+    changes = await _changes(ctx, recurring, [r])
+    found = iter(await expansion.run(dashboard.events_meet, recurring, r, ctx.budget, changes))
     return [next(found) if r["recurrence_rule"] is not None else True for r in rows]
 
 
@@ -226,35 +228,68 @@ async def event_occurrences(ctx: Context, event: asyncpg.Record, start: str, end
 
 async def _occurrences(ctx: Context, asks: Sequence[_Occurrences]
                        ) -> list[list[EventOccurrence]] | list[ApiError]:
-    return await expansion.run(_expand_each, asks, ctx.budget)
+    changes = await _changes(ctx, [ask.event for ask in asks], [ask.range for ask in asks])
+    return await expansion.run(_expand_each, asks, ctx.budget, changes)
 
 
-def _expand_each(asks: Sequence[_Occurrences], budget: expansion.Budget
-                 ) -> list[list[EventOccurrence]] | list[ApiError]:
+async def _changes(ctx: Context, rows: Sequence[asyncpg.Record],
+                   ranges: Sequence[dashboard.Range]) -> expansion.Changes:
+    """The changes of the occurrences of `rows` that may matter to any of `ranges`
+    (docs/occurrences.md): one statement for a whole batch, read once per request for
+    each event and window, so that a window's page, its count and its events'
+    occurrences share one read."""
+    start, end = min(r.start for r in ranges), max(r.end for r in ranges)
+    lows = expansion.lower_bounds(rows, start)
+    if not lows:
+        return expansion.NO_CHANGES
+    loader = ctx.loaders.keyed("occurrence-changes", lambda keys: _read_changes(ctx, keys))
+    found = await loader.load_many([(event_id, low, start, end)
+                                    for event_id, low in lows.items()])
+    return {event_id: own for event_id, own in zip(lows, found, strict=True) if own}
+
+
+_ChangesKey = tuple[str, datetime, datetime, datetime]
+"""(event, its lower bound, window start, window end)."""
+
+
+async def _read_changes(ctx: Context, keys: Sequence[_ChangesKey]
+                        ) -> list[Sequence[Mapping[str, Any]]]:
+    windows: dict[tuple[datetime, datetime], dict[str, datetime]] = {}
+    for event_id, low, start, end in keys:
+        windows.setdefault((start, end), {})[event_id] = low
+    read = {(start, end): await expansion.read_changes(
+        ctx.db, lows, start, end, start.date(), end.date() + timedelta(days=1))
+        for (start, end), lows in windows.items()}
+    return [read[(start, end)].get(event_id, ()) for event_id, _, start, end in keys]
+
+
+def _expand_each(asks: Sequence[_Occurrences], budget: expansion.Budget,
+                 changes: expansion.Changes) -> list[list[EventOccurrence]] | list[ApiError]:
     """Each ask's occurrences; once the budget is spent, the error for every ask of
     the batch (the document asked for more than it may: none of its lists is made
     into an answer, which would cost the event loop as much again)."""
     spans: list[list[expansion.Span]] = []
     for ask in asks:
         try:
-            spans.append(dashboard.occurrence_spans(ask.event, ask.range, ask.tz, budget))
+            spans.append(dashboard.occurrence_spans(ask.event, ask.range, ask.tz, budget,
+                                                    changes))
         except ApiError:
             # One error each: an exception raised by 500 coroutines would gather
             # 500 frames in its one traceback.
             return [expansion.exhausted() for _ in asks]
     # Only a batch within the budget is made into answers.
-    return [[_occurrence(o, ask.event) for o in dashboard.described(ask.event, found, ask.tz)]
+    return [[_occurrence(s, ask.event, ask.tz) for s in found[:dashboard.MAX_OCCURRENCES]]
             for ask, found in zip(asks, spans, strict=True)]
 
 
-def _occurrence(o: dashboard.Occurrence, event: asyncpg.Record) -> EventOccurrence:
-    # Its own local times are on the event's zones (`local_start` is on the asked one).
-    return EventOccurrence(
-        occurrence_id=o.occurrence_id, start=Timestamp(o.start),
-        end=Timestamp(o.end) if o.end is not None else None, local_start=o.local_start,
-        local_end=o.local_end, start_date=o.start_date, end_date=o.end_date,
-        is_all_day=o.is_all_day, start_timezone=event["start_timezone"],
-        end_timezone=event["end_timezone"])
+def _occurrence(s: expansion.Span, event: asyncpg.Record, tz: ZoneInfo) -> EventOccurrence:
+    """The occurrence as it stands (`kalends.occurrences`), with where it lies on the
+    asked zone's clock (`start`, `local_start`); its own local times are on its zones."""
+    made: EventOccurrence = EventOccurrence.of(occurrence_rules.describe(event, s))
+    made.start, made.end = Timestamp(s.start), Timestamp(s.end) if s.end is not None else None
+    made.local_start = agenda.local(s.start, tz)
+    made.local_end = agenda.local(s.end, tz) if s.end is not None else None
+    return made
 
 
 async def rsvp_summary(ctx: Context, profile: asyncpg.Record, start: str, end: str,
@@ -285,9 +320,10 @@ async def _summary(ctx: Context, profile: asyncpg.Record, r: dashboard.Range, tz
                                                     dashboard.MAX_SUMMARY_RECURRING + 1)
     if len(recurring) > dashboard.MAX_SUMMARY_RECURRING:
         raise expansion.exhausted()  # exact or an error: never the first few
+    changes = await _changes(ctx, recurring, [r])
     buckets = await expansion.run(
         dashboard.summarize, starts, [(g["bucket"], g["events"], _counts(g)) for g in grouped],
-        [(row, _counts(row)) for row in recurring], r, tz, kind, ctx.budget)
+        [(row, _counts(row)) for row in recurring], r, tz, kind, ctx.budget, changes, status)
     return [RsvpBucket(start=b.start, events=b.events, going=b.going, maybe=b.maybe,
                        not_going=b.not_going, waitlist=b.waitlist,
                        total_attendees=b.total_attendees) for b in buckets]

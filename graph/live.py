@@ -27,12 +27,13 @@ from db import changes as change_store
 from db import events as event_store
 from db import rsvps as rsvp_store
 from db.database import Database
+from graph import occurrences
 from graph.context import Context
 from graph.dataloaders import Loaders
-from graph.types import Event, RsvpStats
+from graph.types import Event, Occurrence, RsvpStats
 from kalends import ids
 from kalends import profiles as profile_rules
-from kalends.errors import not_found
+from kalends.errors import ApiError, not_found
 from kalends.notify.changes import Change, Feed, Watch
 
 
@@ -71,12 +72,17 @@ Info = strawberry.Info[LiveContext, None]
 class EventChange:
     type: str = strawberry.field(description=(
         "The webhook event type: event.created, event.updated, event.cancelled, "
-        "event.rescheduled or event.deleted."
+        "event.rescheduled, event.deleted, occurrence.updated, occurrence.cancelled or "
+        "occurrence.restored."
     ))
     event: Event = strawberry.field(description=(
         "The event as getEvent shows it to the profile's owner, read after the change "
         "committed (so never older than it). For event.deleted, as it was just before; "
         "its series and rsvp_stats, read now, are empty."
+    ))
+    occurrence: Occurrence | None = strawberry.field(default=None, description=(
+        "For occurrence.*: the occurrence as getEventOccurrence shows it, read after the "
+        "change committed; null when it is no longer one of the event's."
     ))
 
 
@@ -136,7 +142,8 @@ class _EventChanges:
             if row is not None and profile_rules.administers(row, self._ctx.viewer):
                 # One payload for all of this caller's subscriptions to the change, so
                 # that its result is executed once for them all (graph/fanout.py).
-                made = EventChange(type=change.type, event=Event.from_row(row))
+                made = EventChange(type=change.type, event=Event.from_row(row),
+                                   occurrence=await self._occurrence(change, row))
                 return await change.read_once(("event_change", self._ctx.viewer.user_id),
                                               functools.partial(_payload, made))
             # No longer theirs to see: the profile's read says why. Still theirs, the
@@ -157,6 +164,16 @@ class _EventChanges:
             return await change_store.deleted_event(db, change.event_id, viewer_id)
 
         return await change.read_once(("event", viewer_id), read)
+
+    async def _occurrence(self, change: Change, row: asyncpg.Record) -> Occurrence | None:
+        if change.occurrence_id is None:
+            return None
+        try:
+            return await change.read_once(
+                ("occurrence", self._ctx.viewer.user_id),
+                functools.partial(occurrences.read, self._ctx, row, change.occurrence_id))
+        except ApiError:  # split or pruned away since, or past what may be expanded
+            return None
 
     async def aclose(self) -> None:
         self._watch.close()

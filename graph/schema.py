@@ -21,6 +21,7 @@ from graph.external_calendars import ExternalCalendarQueries
 from graph.follows import FollowMutations, FollowQueries
 from graph.freebusy import FreeBusyQueries
 from graph.live import Subscription
+from graph.occurrences import OccurrenceMutations, OccurrenceQueries
 from graph.organizations import OrganizationQueries
 from graph.profiles import ProfileMutations, ProfileQueries
 from graph.rsvps import RsvpMutations, RsvpQueries
@@ -33,15 +34,17 @@ from kalends.errors import ApiError
 
 
 @strawberry.type
-class Query(OrganizationQueries, ProfileQueries, EventQueries, SeriesQueries, RsvpQueries,
-            FollowQueries, CalendarQueries, ExternalCalendarQueries, SubscriptionQueries,
-            AgendaQueries, FreeBusyQueries, SearchQueries, WebhookQueries, CallerQueries):
+class Query(OrganizationQueries, ProfileQueries, EventQueries, OccurrenceQueries, SeriesQueries,
+            RsvpQueries, FollowQueries, CalendarQueries, ExternalCalendarQueries,
+            SubscriptionQueries, AgendaQueries, FreeBusyQueries, SearchQueries, WebhookQueries,
+            CallerQueries):
     pass
 
 
 @strawberry.type
-class Mutation(ProfileMutations, EventMutations, SeriesMutations, RsvpMutations,
-               FollowMutations, CalendarMutations, SubscriptionMutations, WebhookMutations):
+class Mutation(ProfileMutations, EventMutations, OccurrenceMutations, SeriesMutations,
+               RsvpMutations, FollowMutations, CalendarMutations, SubscriptionMutations,
+               WebhookMutations):
     pass
 
 

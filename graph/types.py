@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import asyncpg
@@ -204,11 +204,14 @@ class RsvpSettings:
 @strawberry.type(description="Counts of an event's RSVPs; total_attendees sums going guests.")
 class RsvpStats:
     event_id: strawberry.ID
-    going: int
+    going: int = strawberry.field(
+        description="Going RSVPs: records, one per answer whatever its num_guests.")
     maybe: int
     not_going: int
     waitlist: int
-    total_attendees: int
+    total_attendees: int = strawberry.field(
+        description="People going: each going RSVP with its guests (the sum of num_guests), "
+        "as capacity counts them.")
 
     @classmethod
     def from_row(cls, event_id: str, row: asyncpg.Record | None) -> RsvpStats:
@@ -399,23 +402,48 @@ _EVENT_COLUMNS = (
 """Event's fields that are its row's columns as they are (`strawberry.ID` is `str`)."""
 
 
-@strawberry.type(description="One occurrence of an event, as the agenda expands it.")
-class EventOccurrence:
+@strawberry.type(description=(
+    "One occurrence of a recurring event as it stands (docs/occurrences.md): the event's "
+    "values where it has no change of its own."))
+class Occurrence:
     occurrence_id: str = strawberry.field(
         description="`<event_id>:<original start YYYYMMDDTHHMMSSZ>`, or `<event_id>:<YYYYMMDD>` "
-        "for all-day occurrences."
+        "for all-day occurrences: where the event's rule puts it, whether or not it moved."
     )
-    start: Timestamp
-    end: Timestamp | None = strawberry.field(description="Null for a point in time.")
-    local_start: dt.datetime = strawberry.field(description="`start` in the asked zone.")
-    local_end: dt.datetime | None = strawberry.field(description="`end` in the asked zone.")
+    event_id: strawberry.ID
+    original_start: str = strawberry.field(
+        description="Its slot under the rule: an instant (UTC), a date for all-day ones.")
+    start_time: Timestamp
+    end_time: Timestamp | None = strawberry.field(description="Null for a point in time.")
+    start_timezone: str | None
+    end_timezone: str | None
     start_date: dt.date | None = strawberry.field(description="All-day occurrences only.")
     end_date: dt.date | None = strawberry.field(
         description="All-day occurrences only, exclusive.")
     is_all_day: bool
-    start_timezone: strawberry.Private[str | None] = None
-    """The event's zones, which its own local times are on."""
-    end_timezone: strawberry.Private[str | None] = None
+    status: str = strawberry.field(
+        description="scheduled or cancelled (the occurrence, or its whole event).")
+    is_exception: bool = strawberry.field(
+        description="True when it has changes of its own or is cancelled on its own.")
+    title: str
+    description: str | None
+    location: str | None
+
+    @classmethod
+    def of(cls, view: Any) -> Any:
+        """From a `kalends.occurrences.View` (field for field), without the keyword
+        __init__: Event.occurrences makes hundreds of them."""
+        made = cls.__new__(cls)
+        made.__dict__.update(view._asdict())
+        return made
+
+
+@strawberry.type(description="One occurrence of an event, as the agenda expands it.")
+class EventOccurrence(Occurrence):
+    start: Timestamp
+    end: Timestamp | None = strawberry.field(description="Null for a point in time.")
+    local_start: dt.datetime = strawberry.field(description="`start` in the asked zone.")
+    local_end: dt.datetime | None = strawberry.field(description="`end` in the asked zone.")
 
     @strawberry.field(description=LOCAL_START.replace("`start_time`", "`start`")
                       .replace("`start_timezone`", "the event's `start_timezone`"))

@@ -219,10 +219,13 @@ async def build(
                                w.end_date, limit=READ_ROWS) if personal else []
     connected = await connected_store.agenda_events(db, external, w.start, w.end) \
         if external else []
+    rows = found[:READ_ROWS - 1]
+    changes = await expansion.changes(db, rows, w.start, w.end, w.first_day, w.end_date)
     # Expansion is CPU work (bounded by the budget): beside the event loop, so that
     # no other request waits for it.
     items, complete, reason = await expansion.run(
-        merge, found[:READ_ROWS - 1], w, budget, connected, more_rows=len(found) >= READ_ROWS)
+        merge, rows, w, budget, connected, more_rows=len(found) >= READ_ROWS,
+        changes=changes)
     return Agenda(w, items, complete, reason, sources, warnings)
 
 
@@ -240,19 +243,19 @@ _Slot = expansion.Slot
 
 
 def merge(rows: Sequence[asyncpg.Record], w: Window, budget: expansion.Budget,
-          connected: Sequence[asyncpg.Record] = (), *, more_rows: bool = False
-          ) -> tuple[list[Item], bool, Reason | None]:
-    """Every occurrence of `rows` (personal and subscription events) and of
-    `connected` (stored provider components) that meets the window, sorted, at
-    most MAX_ITEMS. A connected event that is a copy of a Kalends event shown
-    here is left out. The expansion is bounded by the request's `budget`;
-    once it is spent (or when `more_rows` says the read was
-    cut), the answer is `expansion_limit`."""
+          connected: Sequence[asyncpg.Record] = (), *, more_rows: bool = False,
+          changes: expansion.Changes) -> tuple[list[Item], bool, Reason | None]:
+    """Every occurrence of `rows` (personal and subscription events, with the
+    `changes` of their own of their occurrences) and of `connected` (stored
+    provider components) that meets the window, sorted, at most MAX_ITEMS. A
+    connected event that is a copy of a Kalends event shown here is left out. The
+    expansion is bounded by the request's `budget`; once it is spent (or when
+    `more_rows` says the read was cut), the answer is `expansion_limit`."""
     slots: list[_Slot] = []
     cut = False
     short = more_rows
     for row in rows:
-        found, reason = expansion.slots(row, w, budget)
+        found, reason = expansion.slots(row, w, budget, changes=changes)
         slots += found
         if reason is not None:
             cut = cut or reason == "max_items"
@@ -296,15 +299,15 @@ def _occurrence_id(slot: _Slot) -> str:
     row = slot[4]
     if isinstance(row, expansion.Found):
         return row.occurrence_id
+    if type(row) is expansion.Changed:  # its ID is where it was, not where it is
+        return f"{row['id']}:{row.slot}"
     return occurrence_id(row["id"], slot[0], slot[2])
 
 
 def occurrence_id(event_id: str, start: datetime, start_date: date | None) -> str:
     """`<event_id>:<original start, YYYYMMDDTHHMMSSZ>`, or `<event_id>:<YYYYMMDD>`
     for an all-day occurrence (one with a `start_date`)."""
-    if start_date is None:
-        return f"{event_id}:{times.compact_utc(start)}"
-    return f"{event_id}:{start_date.isoformat().replace('-', '')}"
+    return f"{event_id}:{expansion.slot_of(start, start_date)}"
 
 
 # ---------------------------------------------------------------------------
@@ -378,6 +381,9 @@ def _item(slot: _Slot, occurrence_id: str, tz: ZoneInfo) -> Item:
     start, end, start_date, end_date, row = slot
     if isinstance(row, expansion.Found):
         return _external_item(row, occurrence_id, tz)
+    texts = row  # an occurrence with changes has its own title, description and location
+    if type(row) is expansion.Changed:
+        row = row.row
     copy = row["source_event_id"] is not None
     recurring = row["recurrence_rule"] is not None
     profile = None
@@ -390,13 +396,13 @@ def _item(slot: _Slot, occurrence_id: str, tz: ZoneInfo) -> Item:
         row["calendar_id"],  # calendar_id
         row["id"],  # event_id
         not copy and not recurring,  # editable
-        row["title"],  # title
+        texts["title"],  # title
         start,  # start
         end,  # end
         local(start, tz),  # local_start
         local(end, tz) if end is not None else None,  # local_end
         row["is_all_day"],  # is_all_day
-        row["location"],  # location
+        texts["location"],  # location
         row["transparency"] == "opaque",  # busy
         recurring,  # is_recurring
         profile,  # profile
@@ -404,7 +410,7 @@ def _item(slot: _Slot, occurrence_id: str, tz: ZoneInfo) -> Item:
         row["subscription_id"] if copy else None,  # subscription_id
         start_date,  # start_date
         end_date,  # end_date
-        row["description"],  # description
+        texts["description"],  # description
         row["source_event_id"],  # source_event_id
     )
 

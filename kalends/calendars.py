@@ -56,7 +56,8 @@ def _check_writable(row: asyncpg.Record) -> None:
 async def create(db: Database, calendar: asyncpg.Record, data: CalendarEventCreate) -> str:
     fields = data.model_dump(exclude_unset=True)
     values: dict[str, Any] = {k: fields[k] for k in _AS_SENT if k in fields}
-    # The spec fills end_timezone from start_timezone for profile events only.
+    # end_timezone is filled from start_timezone for profile events only
+    # (docs/api-choices.md, "Calendars and calendar events").
     values.update(times.create_columns(fields, fill_end_timezone=False))
     values = agenda.with_series_end(values)
     event_id = ids.new_id("cev")

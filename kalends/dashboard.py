@@ -73,58 +73,39 @@ def instant_window(r: Range, tz: ZoneInfo) -> agenda.Window:
     return agenda.Window(r.start.astimezone(tz).date(), end_date, tz, r.start, r.end)
 
 
-def events_meet(rows: Sequence[Mapping[str, Any]], r: Range, budget: expansion.Budget
-                ) -> list[bool]:
-    """Whether an occurrence of each event of `rows` meets [start, end): for a
-    one-off event its own span, for a recurring one its first occurrences from
-    `start` on, all-day ones on the event's own clock (where its `start_time` and
-    `end_time` are midnights). Raises `expansion_limit` past the budget."""
-    return [_meets(row, r, budget) for row in rows]
+def events_meet(rows: Sequence[Mapping[str, Any]], r: Range, budget: expansion.Budget,
+                changes: expansion.Changes) -> list[bool]:
+    """Whether an occurrence of each event of `rows` (with the `changes` of their
+    occurrences) meets [start, end): for a one-off event its own span, for a
+    recurring one its first occurrences from `start` on, all-day ones on the
+    event's own clock (where its `start_time` and `end_time` are midnights).
+    Raises `expansion_limit` past the budget."""
+    return [_meets(row, r, budget, changes) for row in rows]
 
 
-def _meets(row: Mapping[str, Any], r: Range, budget: expansion.Budget) -> bool:
+def _meets(row: Mapping[str, Any], r: Range, budget: expansion.Budget,
+           changes: expansion.Changes) -> bool:
     try:
         tz = times.zone(row["start_timezone"], param="start_timezone")
     except ApiError:
         return False
-    return expansion.meets(row, instant_window(r, tz), budget)
-
-
-class Occurrence(NamedTuple):
-    occurrence_id: str
-    start: datetime
-    end: datetime | None
-    local_start: datetime
-    local_end: datetime | None
-    start_date: date | None
-    end_date: date | None
-    is_all_day: bool
+    return expansion.meets(row, instant_window(r, tz), budget, changes=changes)
 
 
 def occurrence_spans(row: Mapping[str, Any], r: Range, tz: ZoneInfo,
-                     budget: expansion.Budget) -> list[expansion.Span]:
+                     budget: expansion.Budget, changes: expansion.Changes, *,
+                     cancelled: bool = False, limit: int = MAX_OCCURRENCES + 1
+                     ) -> list[expansion.Span]:
     """Where the occurrences of event `row` that meet [start, end) lie, as the agenda
-    finds them, sorted (`described` makes them occurrences): what the budget pays
-    for, before anything is made of them, so a batch past the budget makes nothing.
-    Raises `expansion_limit` when they cannot all be told within the budget."""
-    found, reason = expansion.spans(row, instant_window(r, tz), budget,
-                                    limit=MAX_OCCURRENCES + 1)
+    finds them (with their `changes`; cancelled ones only if `cancelled`), sorted:
+    what the budget pays for, before anything is made of them, so a batch past the
+    budget makes nothing. Raises `expansion_limit` when they cannot all be told
+    within the budget."""
+    found, reason = expansion.spans(row, instant_window(r, tz), budget, limit=limit,
+                                    changes=changes, cancelled=cancelled)
     if reason == "expansion_limit":
         raise expansion.exhausted()
     return found
-
-
-def described(row: Mapping[str, Any], found: Sequence[expansion.Span], tz: ZoneInfo
-              ) -> list[Occurrence]:
-    """Event `row`'s spans as occurrences seen from zone `tz`, the first MAX_OCCURRENCES."""
-    return [
-        Occurrence(
-            agenda.occurrence_id(row["id"], s.start, s.start_date), s.start, s.end,
-            agenda.local(s.start, tz), agenda.local(s.end, tz) if s.end is not None else None,
-            s.start_date, s.end_date, s.start_date is not None,
-        )
-        for s in found[:MAX_OCCURRENCES]
-    ]
 
 
 # ---------------------------------------------------------------------------
@@ -199,13 +180,15 @@ def _next_bucket(day: date, bucket: Bucket) -> date:
 
 def summarize(starts: Sequence[date], grouped: Iterable[tuple[date, int, Counts]],
               recurring: Iterable[tuple[Mapping[str, Any], Counts]], r: Range, tz: ZoneInfo,
-              bucket: Bucket, budget: expansion.Budget) -> list[BucketCounts]:
+              bucket: Bucket, budget: expansion.Budget, changes: expansion.Changes,
+              status: str | None) -> list[BucketCounts]:
     """One entry per bucket of `starts`: `grouped` (one-off events, already counted
     per bucket by SQL: bucket, events, RSVP counts) plus each recurring event's
-    occurrences that start in [start, end), every one of them, one event each, its
-    RSVPs counted once, in the bucket of its first occurrence there. Raises
-    `expansion_limit` when an event's occurrences cannot all be counted within the
-    budget: a summary is exact or an error."""
+    occurrences of `status` (None: any) that start in [start, end), every one of
+    them, one event each, its RSVPs counted once, in the bucket of its first
+    occurrence there. An occurrence is where its `changes` put it, and cancelled
+    when it or its event is. Raises `expansion_limit` when an event's occurrences
+    cannot all be counted within the budget: a summary is exact or an error."""
     totals: dict[date, list[int]] = {day: [0] * 6 for day in starts}
     for day, events, counts in grouped:
         _add(totals, day, events, counts)
@@ -213,16 +196,26 @@ def summarize(starts: Sequence[date], grouped: Iterable[tuple[date, int, Counts]
     for row, counts in recurring:
         first = True
         # No cut of its own: only the budget bounds it, and passing it is an error.
-        found, reason = expansion.spans(row, w, budget, limit=expansion.MAX_OCCURRENCES + 1)
+        found, reason = expansion.spans(row, w, budget, limit=expansion.MAX_OCCURRENCES + 1,
+                                        changes=changes, cancelled=status != "scheduled")
         if reason is not None or budget.exhausted:
             raise expansion.exhausted()
         for s in found:
             if not r.start <= s.start < r.end:
                 continue  # began before the window: it meets it, but starts outside
+            if status is not None and _status(row, s) != status:
+                continue
             _add(totals, bucket_of(s.start.astimezone(tz).date(), bucket), 1,
                  counts if first else _NONE)
             first = False
     return [BucketCounts(day, *totals[day]) for day in starts]
+
+
+def _status(row: Mapping[str, Any], s: expansion.Span) -> str:
+    """An occurrence's status: cancelled with its event, or on its own."""
+    if row["status"] == "cancelled" or (s.changed is not None and s.changed.cancelled):
+        return "cancelled"
+    return "scheduled"
 
 
 def _add(totals: dict[date, list[int]], day: date, events: int, counts: Counts) -> None:

@@ -48,6 +48,9 @@ _CODES: dict[str, tuple[str, int]] = {
     "route_not_found": ("not_found_error", 404),
     "conflict": ("conflict_error", 409),
     "event_cancelled": ("conflict_error", 409),
+    # One occurrence of a recurring event (docs/occurrences.md, "Errors").
+    "occurrence_cancelled": ("conflict_error", 409),
+    "too_many_exceptions": ("conflict_error", 409),
     "capacity_reached": ("conflict_error", 409),
     "subscription_cleanup_in_progress": ("conflict_error", 409),
     "calendar_event_read_only": ("conflict_error", 409),
@@ -59,7 +62,7 @@ _CODES: dict[str, tuple[str, int]] = {
 ERROR_TYPES = sorted({t for t, _ in _CODES.values()})
 ERROR_CODES = sorted(_CODES)
 
-# Spec: details holds only these string properties and these string arrays.
+# details holds only these string properties and these string arrays (docs/http.md, "Errors").
 _DETAIL_STRINGS = frozenset({"value", "expected_offset", "gap_from", "gap_to", "start", "end"})
 _DETAIL_ARRAYS = frozenset({"expected_shapes", "valid_offsets"})
 

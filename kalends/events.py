@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -14,13 +14,14 @@ import asyncpg
 from pydantic import Field, StringConstraints
 
 from db import events as store
+from db import occurrences as occurrence_store
 from db.database import Database, Tx
-from kalends import ids, profiles, recurrence, sync, times
+from kalends import expansion, ids, profiles, recurrence, sync, times
 from kalends.auth import Viewer
 from kalends.errors import ApiError, conflict, not_found
 from kalends.notify import attendee_mail, webhooks
 from kalends.profiles import Description
-from kalends.validation import Body, Url, id_of
+from kalends.validation import Body, Omittable, Url, id_of
 
 RESERVED_SLUGS = frozenset({"history", "previous", "s"})
 EXPANDABLE = ("profile", "series", "rsvp_settings", "rsvp_stats")
@@ -50,39 +51,46 @@ Slug = Annotated[
 Transparency = Literal["opaque", "transparent"]
 
 
-class ScheduleFields(Body):
+class OccurrenceUpdate(Body):
+    """Changes to one occurrence of a recurring event (docs/occurrences.md): its
+    title, place and time, each as an event takes it. All optional; `null` clears
+    a nullable field."""
+
+    # Omittable: may be omitted, never sent as null (kalends.validation).
+    title: Omittable[Title] = None
+    description: Description | None = None
+    location: Location | None = None
+    start_time: Omittable[TimeText] = None
+    end_time: TimeText | None = None
+    start_timezone: Omittable[Zone] = None
+    end_timezone: Omittable[Zone] = None
+    start_date: Omittable[DateText] = None
+    end_date: Omittable[DateText] = None
+
+
+class ScheduleFields(OccurrenceUpdate):
     """What profile events and personal calendar events share: their title, place
     and time. All optional; `null` clears a nullable field."""
 
-    # A default of None marks "omitted"; an explicit null is refused by the type.
-    title: Title = Field(default=None)  # type: ignore[assignment]
-    description: Description | None = None
-    location: Location | None = None
-    start_time: TimeText = Field(default=None)  # type: ignore[assignment]
-    end_time: TimeText | None = None
-    start_timezone: Zone = Field(default=None)  # type: ignore[assignment]
-    end_timezone: Zone = Field(default=None)  # type: ignore[assignment]
-    start_date: DateText = Field(default=None)  # type: ignore[assignment]
-    end_date: DateText = Field(default=None)  # type: ignore[assignment]
     recurrence_rule: Rule | None = None
-    is_all_day: bool = Field(default=None)  # type: ignore[assignment]
-    transparency: Transparency = Field(default=None)  # type: ignore[arg-type]
+    is_all_day: Omittable[bool] = None
+    transparency: Omittable[Transparency] = None
 
 
 class EventUpdate(ScheduleFields):
     """Fields of an event; all optional. `null` clears a nullable field."""
 
-    slug: Slug = Field(default=None)  # type: ignore[assignment]
+    slug: Omittable[Slug] = None
     image_url: Url | None = None
-    is_private: bool = Field(default=None)  # type: ignore[assignment]
-    require_rsvp: bool = Field(default=None)  # type: ignore[assignment]
+    is_private: Omittable[bool] = None
+    require_rsvp: Omittable[bool] = None
 
 
 class ProfileEventCreate(EventUpdate, json_schema_extra=times.CREATE_FIELD_RULES):
     """A new event; the profile comes from the path."""
 
     title: Title
-    require_payment: bool = Field(default=None)  # type: ignore[assignment]
+    require_payment: Omittable[bool] = None
 
 
 class EventCreate(ProfileEventCreate):
@@ -94,7 +102,7 @@ class EventCreate(ProfileEventCreate):
 class EventCancel(Body):
     """Why the event is cancelled, for its attendees."""
 
-    reason: Description = Field(default=None)  # type: ignore[assignment]
+    reason: Omittable[Description] = None
 
 
 class EventReschedule(Body, json_schema_extra=times.RESCHEDULE_FIELD_RULES):
@@ -102,8 +110,8 @@ class EventReschedule(Body, json_schema_extra=times.RESCHEDULE_FIELD_RULES):
 
     start_time: TimeText
     start_timezone: Zone
-    end_time: TimeText = Field(default=None)  # type: ignore[assignment]
-    end_timezone: Zone = Field(default=None)  # type: ignore[assignment]
+    end_time: Omittable[TimeText] = None
+    end_timezone: Omittable[Zone] = None
 
 
 # ---------------------------------------------------------------------------
@@ -151,7 +159,7 @@ def check_visible(row: asyncpg.Record | None) -> asyncpg.Record:
     return row
 
 
-def _check_open(row: asyncpg.Record) -> None:
+def check_open(row: asyncpg.Record) -> None:
     if row["status"] == "cancelled":
         raise ApiError(
             "event_cancelled",
@@ -163,7 +171,7 @@ def _check_open(row: asyncpg.Record) -> None:
 # Writes
 
 
-def _check_slug(slug: str) -> None:
+def check_slug(slug: str) -> None:
     if slug.lower() in RESERVED_SLUGS:
         raise ApiError(
             "reserved_slug", f"The slug `{slug}` is reserved.", param="slug",
@@ -178,7 +186,7 @@ def slugify(title: str, t: times.EventTimes) -> str:
     return f"{words or 'event'}-{t.local_start.date().isoformat()}"
 
 
-_AS_SENT = ("title", "description", "location", "image_url", "is_private", "require_rsvp",
+AS_SENT = ("title", "description", "location", "image_url", "is_private", "require_rsvp",
                 "require_payment", "transparency")
 
 
@@ -186,42 +194,49 @@ async def create(
     db: Database, profile: asyncpg.Record, data: ProfileEventCreate, render: webhooks.Render
 ) -> str:
     fields = data.model_dump(exclude_unset=True)
-    values: dict[str, Any] = {k: fields[k] for k in _AS_SENT if k in fields}
+    values: dict[str, Any] = {k: fields[k] for k in AS_SENT if k in fields}
     values.update(times.create_columns(fields, fill_end_timezone=True))
     event_id = ids.new_id("evt")
     if "slug" in fields:
-        _check_slug(fields["slug"])
+        check_slug(fields["slug"])
         try:
             async with db.transaction() as tx:
                 await store.insert(tx, event_id, profile["id"], {**values, "slug": fields["slug"]})
-                await _changed(tx, profile["id"], event_id, render, "event.created")
+                await changed(tx, profile["id"], event_id, render, "event.created")
         except asyncpg.UniqueViolationError:
-            raise _slug_taken(fields["slug"]) from None
+            raise slug_taken(fields["slug"]) from None
         return event_id
-    # A derived slug takes the first free suffix: -2, -3, ... Derivations of one
-    # base in a profile run one at a time (an advisory lock on profile and base),
-    # so concurrent creates of one title and day do not race for a suffix while
-    # other titles and days go on in parallel; an explicit slug or a PATCH, which
-    # take no lock, may still take the one chosen first: then look again.
-    base = slugify(fields["title"], times.of_row(values))
+    # An explicit slug or a PATCH, which take no lock, may still take the one
+    # `insert_derived` chose: then look again.
     for _ in range(5):
         try:
             async with db.transaction() as tx:
-                await store.lock_derived_slugs(tx, profile["id"], base)
-                taken = await store.slugs_with_prefix(tx, profile["id"], base)
-                slug, n = base, 1
-                while slug.lower() in taken:
-                    n += 1
-                    slug = f"{base}-{n}"
-                await store.insert(tx, event_id, profile["id"], {**values, "slug": slug})
-                await _changed(tx, profile["id"], event_id, render, "event.created")
+                await insert_derived(tx, profile["id"], event_id, values)
+                await changed(tx, profile["id"], event_id, render, "event.created")
             return event_id
         except asyncpg.UniqueViolationError:
             continue
-    raise _slug_taken(base)
+    raise slug_taken(slugify(fields["title"], times.of_row(values)))
 
 
-def _slug_taken(slug: str) -> ApiError:
+async def insert_derived(tx: Tx, profile_id: str, event_id: str, values: dict[str, Any]
+                         ) -> None:
+    """Insert event `values` with a slug derived from its title and date, taking the
+    first free suffix: -2, -3, ... Derivations of one base in a profile run one at a
+    time (an advisory lock on profile and base), so concurrent creates of one title
+    and day do not race for a suffix while other titles and days go on in parallel.
+    Raises asyncpg.UniqueViolationError when a write that took no lock took it."""
+    base = slugify(values["title"], times.of_row(values))
+    await store.lock_derived_slugs(tx, profile_id, base)
+    taken = await store.slugs_with_prefix(tx, profile_id, base)
+    slug, n = base, 1
+    while slug.lower() in taken:
+        n += 1
+        slug = f"{base}-{n}"
+    await store.insert(tx, event_id, profile_id, {**values, "slug": slug})
+
+
+def slug_taken(slug: str) -> ApiError:
     return conflict(f"The slug `{slug}` is already used by an event of this profile.",
                     param="slug")
 
@@ -231,24 +246,25 @@ async def update(db: Database, row: asyncpg.Record, data: EventUpdate,
     changes = data.model_dump(exclude_unset=True)
 
     async def write(tx: Tx, current: asyncpg.Record) -> None:
-        _check_open(current)
-        values: dict[str, Any] = {k: changes[k] for k in _AS_SENT if k in changes}
+        check_open(current)
+        values: dict[str, Any] = {k: changes[k] for k in AS_SENT if k in changes}
         values.update(times.update_columns(current, changes))
         if "slug" in changes:
-            _check_slug(changes["slug"])
+            check_slug(changes["slug"])
             values["slug"] = changes["slug"]
         await store.update(tx, current["id"], values)
+        await prune_occurrences(tx, current, values)
     try:
         await _transition(db, row, write, render, "event.updated")
     except asyncpg.UniqueViolationError:
-        raise _slug_taken(changes["slug"]) from None
+        raise slug_taken(changes["slug"]) from None
 
 
 async def cancel(db: Database, row: asyncpg.Record, data: EventCancel,
                  render: webhooks.Render) -> None:
     """RSVPs stay, so attendees can be told."""
     async def write(tx: Tx, current: asyncpg.Record) -> None:
-        _check_open(current)
+        check_open(current)
         await store.update(tx, current["id"], {
             "status": "cancelled", "cancelled_at": datetime.now(UTC),
             "cancellation_reason": data.reason,
@@ -270,6 +286,7 @@ async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule,
             **times.columns(t), "status": "scheduled", "cancelled_at": None,
             "cancellation_reason": None, "is_rescheduled": True,
         })
+        await prune_occurrences(tx, current, times.columns(t))
         await attendee_mail.queue(tx, current)
     await _transition(db, row, write, render, "event.rescheduled")
 
@@ -304,11 +321,30 @@ async def _transition(db: Database, row: asyncpg.Record,
             await sync.event_changed(tx, row["id"])
             return
         await write(tx, current)
-        await _changed(tx, row["profile_id"], row["id"], render, event_type)
+        await changed(tx, row["profile_id"], row["id"], render, event_type)
 
 
-async def _changed(tx: Tx, profile_id: str, event_id: str, render: webhooks.Render,
-                   event_type: webhooks.EventType) -> None:
+async def changed(tx: Tx, profile_id: str, event_id: str, render: webhooks.Render,
+                  event_type: webhooks.EventType) -> None:
     """Subscribers' copies are synced, and webhooks told."""
     await sync.event_changed(tx, event_id)
     await webhooks.record(tx, render, event_type, profile_id, "event", {"event_id": event_id})
+
+
+_SLOT_SHAPING = ("start_time", "start_timezone", "recurrence_rule", "is_all_day", "start_date")
+
+
+async def prune_occurrences(tx: Tx, current: Mapping[str, Any], values: Mapping[str, Any]
+                            ) -> None:
+    """After `values` are written to event `current`: when they change what its slots
+    are (its start, zone, rule or kind), the changes of its own of each occurrence
+    whose slot the event no longer makes go (docs/occurrences.md, "Pruning")."""
+    if all(values.get(k, current[k]) == current[k] for k in _SLOT_SHAPING):
+        return
+    slots = await occurrence_store.slots(tx, current["id"])
+    if not slots:
+        return
+    after = {**current, **values}
+    kept = set(await expansion.run(expansion.still_made, after, slots)) \
+        if after["recurrence_rule"] else set()
+    await occurrence_store.remove(tx, current["id"], [s for s in slots if s not in kept])

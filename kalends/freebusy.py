@@ -406,10 +406,11 @@ async def _read(
     for row in answered:
         own_answers[row["user_id"]].append(row)
 
+    changes = await expansion.changes(db, [*items, *answered], start, end, first_day, end_day)
     # Expansion is CPU work (bounded per person): beside the event loop.
     busy, reason = await expansion.run(
         _everyones_busy, everyone, own_rows, own_connected, own_answers,
-        first_day, end_day, start, end)
+        first_day, end_day, start, end, changes)
     people = [_person(viewer.email, busy[viewer.user_id])]
     for email in asked:
         user_id = user_of.get(email)
@@ -427,6 +428,7 @@ def _everyones_busy(
     everyone: Sequence[_Someone], own_rows: dict[str, list[asyncpg.Record]],
     own_connected: dict[str, list[asyncpg.Record]], own_answers: dict[str, list[asyncpg.Record]],
     first_day: date, end_day: date, start: datetime, end: datetime,
+    changes: expansion.Changes,
 ) -> tuple[dict[str, list[Interval] | None], Reason | None]:
     """Each person's merged intervals, None for one whose occurrences passed the
     work bound (rows read or the expansion budget), each person on a budget of
@@ -440,7 +442,7 @@ def _everyones_busy(
             continue
         w = agenda.Window(first_day, end_day, someone.tz, start, end)
         budget = expansion.request_budget()
-        spans, why = _spans(rows, own_connected[someone.user_id], answers, w, budget)
+        spans, why = _spans(rows, own_connected[someone.user_id], answers, w, budget, changes)
         if budget.exhausted:
             busy[someone.user_id], reason = None, "expansion_limit"
             continue
@@ -482,12 +484,13 @@ def _sources(rows: list[asyncpg.Record], sync_interval: timedelta
 
 
 def _spans(rows: Sequence[asyncpg.Record], connected: Sequence[asyncpg.Record],
-           answered: Sequence[asyncpg.Record], w: agenda.Window, budget: expansion.Budget
+           answered: Sequence[asyncpg.Record], w: agenda.Window, budget: expansion.Budget,
+           changes: expansion.Changes,
            ) -> tuple[list[tuple[datetime, datetime, Status]], Reason | None]:
     """One person's occurrences that take time, before merging: the agenda's own
     expansion of their calendar events and connected components, and of the events
-    they answered; a subscription copy of an event they declined takes none. Stops
-    once `budget` is spent."""
+    they answered, with their occurrences' `changes`; a subscription copy of an
+    event they declined takes none. Stops once `budget` is spent."""
     spans: list[tuple[datetime, datetime, Status]] = []
     reason: Reason | None = None
     declined = {r["id"] for r in answered if r["rsvp_status"] == "not_going"}
@@ -516,7 +519,7 @@ def _spans(rows: Sequence[asyncpg.Record], connected: Sequence[asyncpg.Record],
             continue
         # The agenda's own expansion, bounded as it bounds it; a row it cannot expand
         # is logged there and reported here as incomplete.
-        found, why = expansion.spans(row, w, budget, limit=agenda.READ_ROWS)
+        found, why = expansion.spans(row, w, budget, limit=agenda.READ_ROWS, changes=changes)
         reason = _worse(reason, why)
         if zone is not None:
             for span in found:

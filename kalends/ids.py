@@ -34,8 +34,9 @@ PREFIXES = {
 
 
 def pattern(prefix: str) -> str:
-    """The JSON-Schema/OpenAPI pattern of an ID. The spec's pattern is
-    case-insensitive, prefix included; JSON Schema has no flags, so spell it out."""
+    """The JSON-Schema/OpenAPI pattern of an ID. IDs are matched case-insensitively,
+    prefix included (docs/http.md, "HTTP conventions"); JSON Schema has no flags, so
+    spell it out."""
     letters = "".join(f"[{c.lower()}{c.upper()}]" for c in prefix)
     return f"^{letters}_[0-9a-fA-F]{{32}}$"
 

@@ -13,7 +13,7 @@ from db.database import Database
 from kalends import ids, sync
 from kalends.auth import Viewer
 from kalends.errors import conflict, forbidden, not_found
-from kalends.validation import Body, Url, id_of
+from kalends.validation import Body, Omittable, Url, id_of
 
 PlatformId = Annotated[
     str,
@@ -23,13 +23,12 @@ PlatformId = Annotated[
 DisplayName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
 Description = Annotated[str, StringConstraints(max_length=5000)]
 class ProfileUpdate(Body):
-    # Optional but not nullable: a default of None marks "omitted", while an
-    # explicit null is rejected by the non-null type.
-    display_name: DisplayName = Field(default=None)  # type: ignore[assignment]
+    # Omittable: may be omitted, never sent as null (kalends.validation).
+    display_name: Omittable[DisplayName] = None
     description: Description | None = None
     profile_image_url: Url | None = None
     header_image_url: Url | None = None
-    is_private: bool = Field(default=None)  # type: ignore[assignment]
+    is_private: Omittable[bool] = None
 
     def changes(self) -> dict[str, Any]:
         """Fields the caller sent; `null` clears a nullable field."""

@@ -80,7 +80,7 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, cast
 from zoneinfo import ZoneInfo
@@ -409,6 +409,53 @@ def _latest(r: _Rule, start: datetime, target: datetime, until_wall: datetime | 
     except (ValueError, OverflowError):
         return None  # dateutil or the zone cannot go past year 9999: no end in reach
     return latest
+
+
+# -- splitting a series ------------------------------------------------------------
+
+
+def split(rule: str, start_local: datetime, slot_local: datetime, last: datetime | date
+          ) -> tuple[str, str]:
+    """"This and following" (docs/occurrences.md, "Split"): the rule of a series
+    from `start_local` cut before its occurrence at `slot_local` (naive wall times
+    of a checked rule, the slot after the first occurrence), and the rule of the
+    rest from that occurrence on. With COUNT, the occurrences before the slot are
+    counted (on `END_WORK`, as for finding a series' end) and the rest keeps what
+    is left; otherwise the first part gets UNTIL `last` (the instant just before
+    the slot, or for an all-day series the day before: RFC 5545 wants UNTIL of
+    DTSTART's type) and the rest keeps the rule as it is. Raises `invalid_field`
+    (`occurrence_id`) when the occurrences before the slot cannot be counted, or
+    there are none."""
+    parsed = _parse_or_raise(rule, "recurrence_rule")
+    _need_naive(start_local)
+    _need_naive(slot_local)
+    if parsed.count is None:
+        return _with_end(rule, f"UNTIL={_until_text(last)}"), rule
+    before = _count_before(parsed, start_local, slot_local) if slot_local > start_local else 0
+    if before is None or before <= 0 or before >= parsed.count:
+        raise ApiError(
+            "invalid_field",
+            "The series cannot be split there: the occurrence is its first, or too far "
+            "from its start to count the occurrences before it.",
+            param="occurrence_id",
+        )
+    return (_with_end(rule, f"COUNT={before}"),
+            _with_end(rule, f"COUNT={parsed.count - before}"))
+
+
+def _until_text(last: datetime | date) -> str:
+    if isinstance(last, datetime):
+        u = last.astimezone(UTC)
+        return f"{u.year:04d}{u.month:02d}{u.day:02d}T{u.hour:02d}{u.minute:02d}{u.second:02d}Z"
+    return f"{last.year:04d}{last.month:02d}{last.day:02d}"
+
+
+def _with_end(rule: str, end: str) -> str:
+    """`rule`'s text with its COUNT or UNTIL replaced by `end`, other parts as written."""
+    prefix = rule[:6] if rule[:6].upper() == "RRULE:" else ""
+    parts = [part for part in rule[len(prefix):].split(";")
+             if part.partition("=")[0].upper() not in ("COUNT", "UNTIL")]
+    return prefix + ";".join([*parts, end])
 
 
 # -- parsing -----------------------------------------------------------------------

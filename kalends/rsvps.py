@@ -23,7 +23,7 @@ from kalends.auth import Viewer
 from kalends.errors import ApiError, not_found
 from kalends.notify import webhooks
 from kalends.profiles import administers
-from kalends.validation import Body
+from kalends.validation import Body, Omittable
 
 Status = Literal["going", "maybe", "not_going", "waitlist"]
 Email = Annotated[
@@ -35,8 +35,8 @@ Guests = Annotated[int, Field(ge=1, le=10_000)]
 
 
 class RsvpUpdate(Body):
-    status: Status = Field(default=None)  # type: ignore[arg-type]
-    num_guests: Guests = Field(default=None)  # type: ignore[assignment]
+    status: Omittable[Status] = None
+    num_guests: Omittable[Guests] = None
 
 
 class RsvpCreate(Body):
@@ -52,11 +52,11 @@ class RsvpCreate(Body):
 
 
 class RsvpSettingsUpdate(Body):
-    enable_capacity_limit: bool = Field(default=None)  # type: ignore[assignment]
+    enable_capacity_limit: Omittable[bool] = None
     capacity_limit: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
-    allow_waitlist: bool = Field(default=None)  # type: ignore[assignment]
-    allow_multiple_attendees: bool = Field(default=None)  # type: ignore[assignment]
-    allow_notifications: bool = Field(default=None)  # type: ignore[assignment]
+    allow_waitlist: Omittable[bool] = None
+    allow_multiple_attendees: Omittable[bool] = None
+    allow_notifications: Omittable[bool] = None
 
 
 SETTINGS = ("enable_capacity_limit", "capacity_limit", "allow_waitlist",

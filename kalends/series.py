@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import asyncpg
-from pydantic import Field, StringConstraints
+from pydantic import StringConstraints
 
 from db import series as store
 from db.database import Database
@@ -15,16 +15,16 @@ from kalends.errors import ApiError, conflict, not_found
 from kalends.events import Slug
 from kalends.notify import webhooks
 from kalends.profiles import Description
-from kalends.validation import Body, id_of
+from kalends.validation import Body, Omittable, id_of
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
 
 
 class SeriesUpdate(Body):
-    name: Name = Field(default=None)  # type: ignore[assignment]
-    slug: Slug = Field(default=None)  # type: ignore[assignment]
+    name: Omittable[Name] = None
+    slug: Omittable[Slug] = None
     description: Description | None = None
-    is_private: bool = Field(default=None)  # type: ignore[assignment]
+    is_private: Omittable[bool] = None
 
 
 class SeriesCreate(SeriesUpdate):
@@ -72,7 +72,7 @@ async def update(db: Database, row: asyncpg.Record, data: SeriesUpdate) -> None:
             if "is_private" in changes:  # who may see it, and so its subscribers' copies
                 await sync.series_changed(tx, row["id"])
     except asyncpg.UniqueViolationError:
-        raise _slug_taken(data.slug) from None
+        raise _slug_taken(changes.get("slug", row["slug"])) from None
 
 
 async def delete(db: Database, row: asyncpg.Record, render: webhooks.Render, *,

@@ -14,7 +14,7 @@ from db.database import Database, Tx
 from kalends import ids, sync
 from kalends.auth import Viewer
 from kalends.errors import ApiError, not_found
-from kalends.validation import Body, id_of
+from kalends.validation import Body, Omittable, id_of
 
 MAX_EXTERNAL_CALENDARS = 100
 
@@ -50,7 +50,7 @@ class SubscriptionCreate(Body, json_schema_extra=_ONE_SOURCE):
 
 
 class SubscriptionUpdate(Body):
-    is_active: bool = Field(default=None)  # type: ignore[assignment]
+    is_active: Omittable[bool] = None
 
 
 def source_of(data: SubscriptionCreate) -> tuple[Literal["profile", "series"], str]:

@@ -12,12 +12,13 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    GetCoreSchemaHandler,
     StringConstraints,
     ValidationError,
     WithJsonSchema,
     field_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import CoreSchema, PydanticCustomError
 from rfc3986 import exceptions as uri_errors
 from rfc3986 import validators as uri_validators
 
@@ -25,6 +26,7 @@ from kalends import ids
 from kalends.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 Location = Literal["body", "query", "path"]
 
@@ -52,6 +54,26 @@ class Body(BaseModel):
         if any(isinstance(v, str) and "\x00" in v for v in values):
             raise PydanticCustomError("nul_character", "must not contain the NUL character")
         return value
+
+
+class _NotNull:
+    """Validates `X | None` as `X` alone: see `Omittable`."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
+                                     ) -> CoreSchema:
+        schema = handler(source)
+        if schema["type"] != "nullable":
+            raise TypeError(f"Omittable[...] needs an optional type, not {source!r}")
+        inner: CoreSchema = schema["schema"]
+        return inner
+
+
+Omittable = Annotated[T | None, _NotNull()]
+"""A body field that may be omitted but not sent as `null` (docs/api-choices.md, opening
+list: a PATCH's non-nullable fields): `is_private: Omittable[bool] = None`. Its default,
+None, marks it omitted (`exclude_unset` leaves it out); an explicit `null` is refused
+exactly as the type alone refuses it (`invalid_field`), and the documents describe the
+type alone, with no `default: null` (kalends.registry.honest_defaults)."""
 
 
 def id_of(prefix: str) -> Any:

@@ -50,7 +50,7 @@ def is_modern(headers: CIMultiDictProxy[str], message: Message) -> bool:
 def check_modern(headers: CIMultiDictProxy[str], message: Message) -> None:
     """Validate a modern request's `_meta` envelope and routing headers.
 
-    Order follows the spec and the SDKs: a malformed envelope is -32602
+    Order follows the MCP specification and the SDKs: a malformed envelope is -32602
     (basic/index.mdx "Per-request protocol fields"), then headers that are
     missing or disagree with the body are -32020 (streamable-http.mdx "Server
     Validation"), and only then is the version itself judged (-32022), so a

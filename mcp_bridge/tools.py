@@ -65,11 +65,6 @@ class Catalogues:
         self._page_size = page_size
         self._kept: dict[Selection, Catalogue] = {}
 
-    @property
-    def everything(self) -> Selection:
-        """The selection of `toolsets=all`."""
-        return Selection(frozenset(self._toolsets))
-
     def select(self, headers: MultiMapping[str], query: MultiMapping[str]) -> Catalogue:
         """The catalogue a request asks for (toolsets.py says how)."""
         return self.get(toolsets.requested(headers, query, self._toolsets))
@@ -96,13 +91,6 @@ class Catalogues:
         note = toolsets.describe(self._toolsets, selection, len(tools))
         return Catalogue(tools, cursors, self._page_size,
                          frozenset(t["name"] for t in tools), note)
-
-
-def build_catalogue(operations: Mapping[str, Operation], page_size: int = PAGE_SIZE
-                    ) -> Catalogue:
-    """The whole catalogue, as `toolsets=all` selects it."""
-    catalogues = Catalogues(operations, page_size)
-    return catalogues.get(catalogues.everything)
 
 
 def _tool(op: Operation) -> dict[str, Any]:
@@ -161,7 +149,8 @@ def input_schema(op: Operation) -> dict[str, Any]:
         # lists them, once, to the agent that needs them.
         schema["properties"]["fields"] = {
             "type": "array", "items": {"type": "string"}, "minItems": 1, "uniqueItems": True,
-            "description": f"Only these top-level fields (and id), e.g. {_example(found)}.",
+            "description": f"Only these top-level fields (and {found.key}), e.g. "
+                           f"{_example(found)}.",
         }
     return schema
 
@@ -193,7 +182,7 @@ def output_schema(op: Operation) -> dict[str, Any] | None:
         return op.response_schema
     schema = copy.deepcopy(op.response_schema)
     target = schema["properties"]["data"]["items"] if found.page else schema
-    target["required"] = ["id"]
+    target["required"] = [found.key]
     for name in found.fields:
         if name not in target["properties"]:  # a local time (arguments.resource)
             target["properties"][name] = {"type": ["string", "null"], "format": "date-time"}
@@ -202,7 +191,8 @@ def output_schema(op: Operation) -> dict[str, Any] | None:
 
 def listed_output_schema(op: Operation) -> dict[str, Any] | None:
     """What tools/list says `structuredContent` holds: `output_schema`, but of a
-    resource only its `id`, the one field every answer holds whatever `fields` asked.
+    resource only its key (`id`; an occurrence's `occurrence_id`), the one field every
+    answer holds whatever `fields` asked.
     The others' names and types are the REST resource's (OpenAPI), and every answer
     shows them; stated here they took half of what an agent read before its first call
     (docs/mcp.md, "What tools/list says"). Objects' titles, which name OpenAPI's
@@ -213,7 +203,8 @@ def listed_output_schema(op: Operation) -> dict[str, Any] | None:
         return None
     if found is None:
         return schemas.untitled(schema)
-    only_id = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    only_id = {"type": "object", "properties": {found.key: {"type": "string"}},
+               "required": [found.key]}
     if not found.page:
         return only_id
     page = schemas.untitled(schema)

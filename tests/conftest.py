@@ -59,6 +59,35 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, _interrupt)
 
 
+MAX_WORKERS = 4
+"""At most this many xdist workers by default: one per core the run may use, up to this."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The suite on every core by default (pytest-xdist): a plain `pytest`, or one given
+    more than one file or a folder, runs on one worker per core (at most MAX_WORKERS), each
+    test file whole on one worker (`--dist loadfile`: a module's fixtures are made once).
+    Whatever says otherwise wins: `-n N` (`-n0`: in this process), `--tx`, `--dist`,
+    `-p no:xdist`; and so do `--pdb`, `-s`, `--collect-only` and a single file, which
+    run here. Runs before xdist's own hook (tryfirst, registered after it)."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    option = config.option
+    if option.numprocesses is not None or option.tx:
+        return
+    if option.usepdb or option.capture == "no" or option.collectonly:
+        return
+    files = {arg.split("::", 1)[0] for arg in config.args}
+    if len(files) < 2 and not any(Path(file).is_dir() for file in files):
+        return
+    workers = min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+    if workers >= 2:
+        option.numprocesses = workers
+        if option.dist == "no" and not option.distload:
+            option.dist = "loadfile"
+
+
 _PROCESS_FIXTURES = frozenset({"services", "browser"})
 """Fixtures that start processes of their own (kalends serve, Chromium): a test that
 uses one is marked slow, so the fast loop (`pytest -m "not slow"`) stays fast."""

@@ -1,21 +1,27 @@
-"""Shared by the connected-calendar tests: waiting for sync jobs, reading the agenda."""
+"""Shared by the connected-calendar tests: a service beside a real CalDAV server
+(`caldav_world`), waiting for sync jobs, reading the agenda."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import secrets
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import date, datetime, timedelta
+from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 import pytest
 from caldav_server import Radicale
-from conftest import Api, LiveServer, User
+from conftest import Api, LiveServer, User, migrated_database
 
 from kalends.connected import admin, engine
+from kalends.service import config
 
 SYNC_SECONDS = 30
 PARIS = ZoneInfo("Europe/Paris")
@@ -23,6 +29,47 @@ PARIS = ZoneInfo("Europe/Paris")
 
 class HasServer(Protocol):
     server: LiveServer
+
+
+@dataclasses.dataclass
+class World:
+    """A service on a database of its own (no other test's worker takes its jobs)
+    beside a real CalDAV server."""
+
+    server: LiveServer
+    radicale: Radicale
+    dsn: str
+    data_dir: Path
+    settings: config.Settings
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "DATABASE_URL": self.dsn, "KALENDS_DATA_DIR": str(self.data_dir)}
+
+
+@contextmanager
+def caldav_world(database_url: str, prefix: str) -> Iterator[World]:
+    """Radicale, and a live server on a fresh database named after `prefix`, for as
+    long as the block runs."""
+    folder = Path(tempfile.mkdtemp(prefix="kalends-caldav-"))
+    radicale = Radicale(folder)
+    radicale.start()
+    saved = os.environ.get("KALENDS_DATA_DIR")
+    # The vault's key file lives here, for the server and the CLI alike.
+    os.environ["KALENDS_DATA_DIR"] = str(folder / "data")
+    settings = dataclasses.replace(config.load(), secret_key=None)
+    try:
+        with migrated_database(database_url, prefix) as dsn:
+            server = LiveServer(dsn, settings=settings)
+            try:
+                yield World(server, radicale, dsn, folder / "data", settings)
+            finally:
+                server.close()
+    finally:
+        radicale.stop()
+        if saved is None:
+            os.environ.pop("KALENDS_DATA_DIR", None)
+        else:
+            os.environ["KALENDS_DATA_DIR"] = saved
 
 
 @dataclasses.dataclass
@@ -39,6 +86,13 @@ def new_person(server: LiveServer, radicale: Radicale) -> Person:
     radicale.set_password(login, password)
     radicale.client(login, password).principal().make_calendar(name="Work", cal_id="work")
     return Person(user, login, password)
+
+
+def connect(world: World, p: Person) -> dict[str, Any]:
+    """`p`'s CalDAV account connected, as `kalends admin connect-calendars` does."""
+    return world.server.call(admin.connect(
+        world.server.db, world.settings, p.user.email, "ios", world.radicale.url, p.login,
+        p.password))
 
 
 async def settled(world: HasServer, account_id: str) -> None:

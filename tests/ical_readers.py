@@ -6,7 +6,9 @@ occurrences as two independent readers compute them from what Kalends wrote: Moz
 
 An occurrence is compared as ("timed", start, end) in UTC or ("day", first,
 end) for all-day ones (dates, end exclusive); each event's occurrences over a
-window of a year and a bit from its start."""
+window of a year and a bit from its start. With `labelled`, each also has its slot
+(the occurrence_id after `<event_id>:`, from its RECURRENCE-ID) and its title, so
+that an override is compared as the occurrence it replaces (`Labelled`)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from hypothesis import strategies as st
 from db import agenda as agenda_store
 from db.database import Database
 from kalends import agenda, expansion
+from kalends.connected import engine, ical
+from kalends.connected.provider import RemoteEvent
 
 ZONES = ("Europe/Paris", "America/New_York", "Asia/Kolkata", "Pacific/Chatham",
          "Australia/Lord_Howe")
@@ -31,6 +35,8 @@ _DAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 WINDOW_DAYS = 368
 
 Occurrence = tuple[str, Any, Any]
+Labelled = tuple[str, Any, Any, str, str]
+"""(kind, first, last, slot, title)"""
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,8 @@ def rules(draw: st.DrawFn, first: date, *, timed: bool) -> str | None:
 async def create_events(api: Any, owner: Any, profile_id: str,
                         bodies: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The events of `bodies` that Kalends accepts, made through REST in the
-    profile; a generated rule with no occurrence is refused, as the spec says."""
+    profile; a generated rule with no occurrence is refused (`invalid_recurrence_rule`:
+    docs/api-choices.md, "Events, RSVPs and series")."""
     created = []
     for body in bodies:
         status, event, _ = await api.post(f"/v1/profiles/{profile_id}/events", owner,
@@ -165,8 +172,9 @@ async def agenda_occurrences(db: Database, email: str, calendar_id: str,
     user_id = await db.fetchval("SELECT id FROM users WHERE email = $1", email)
     rows = await agenda_store.events(db, user_id, [calendar_id], w.start, w.end,
                                      w.first_day, w.end_date, limit=agenda.READ_ROWS)
+    changes = await expansion.changes(db, rows, w.start, w.end, w.first_day, w.end_date)
     items, complete, _ = await expansion.run(agenda.merge, rows, w,
-                                             expansion.request_budget())
+                                             expansion.request_budget(), changes=changes)
     found: dict[str, list[Occurrence]] = {}
     for item in items:
         if item.is_all_day:
@@ -184,29 +192,45 @@ def _utc(value: datetime | None) -> datetime | None:
 # --- The readers ------------------------------------------------------------------
 
 
-def icaljs_occurrences(texts: Sequence[str | bytes], window: Window
-                       ) -> list[dict[str, list[Occurrence]]]:
-    """Each calendar as ical.js expands it, by UID (cancelled components left out)."""
+def slot_of(value: datetime | date) -> str:
+    """An occurrence's slot as Kalends writes it in occurrence IDs: its original
+    start in UTC (`YYYYMMDDTHHMMSSZ`), or its date (`YYYYMMDD`)."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return value.strftime("%Y%m%d")
+
+
+def icaljs_occurrences(texts: Sequence[str | bytes], window: Window, *,
+                       labelled: bool = False) -> list[dict[str, list[Any]]]:
+    """Each calendar as ical.js expands it, by UID (cancelled components left out);
+    with `labelled`, as `Labelled` occurrences."""
     results = icaljs.expand_many([(text, window.start, window.end) for text in texts])
     out = []
     for result in results:
-        found: dict[str, list[Occurrence]] = {}
+        found: dict[str, list[Any]] = {}
         for uid, occurrences in result.items():
             for o in occurrences:
                 if o.cancelled:
                     continue
                 if o.day is not None:
-                    found.setdefault(uid, []).append(("day", o.day, o.end_day))
+                    one: tuple[Any, ...] = ("day", o.day, o.end_day)
                 else:
-                    found.setdefault(uid, []).append(("timed", o.start, o.end))
+                    one = ("timed", o.start, o.end)
+                if labelled:
+                    original = o.recurrence_id or o.day or o.start
+                    assert original is not None
+                    one += (slot_of(original), o.summary or "")
+                found.setdefault(uid, []).append(one)
         out.append(found)
     return out
 
 
-def python_occurrences(text: str | bytes, window: Window) -> dict[str, list[Occurrence]]:
-    """The calendar as `icalendar` + `recurring-ical-events` expand it, by UID."""
+def python_occurrences(text: str | bytes, window: Window, *, labelled: bool = False
+                       ) -> dict[str, list[Any]]:
+    """The calendar as `icalendar` + `recurring-ical-events` expand it, by UID;
+    with `labelled`, as `Labelled` occurrences."""
     cal = icalendar.Calendar.from_ical(text)
-    found: dict[str, list[Occurrence]] = {}
+    found: dict[str, list[Any]] = {}
     for event in recurring_ical_events.of(cal).between(window.start - timedelta(days=2),
                                                          window.end + timedelta(days=2)):
         if str(event.get("STATUS", "")).upper() == "CANCELLED":
@@ -214,30 +238,55 @@ def python_occurrences(text: str | bytes, window: Window) -> dict[str, list[Occu
         start = event["DTSTART"].dt
         end = event["DTEND"].dt if "DTEND" in event else None
         if not isinstance(start, datetime):
-            o: Occurrence = ("day", start, end if end is not None else start + timedelta(1))
+            o: tuple[Any, ...] = ("day", start, end if end is not None else start + timedelta(1))
         else:
             o = ("timed", start.astimezone(UTC), _utc(end) if end != start else start)
+        if labelled:
+            original = event["RECURRENCE-ID"].dt if "RECURRENCE-ID" in event else start
+            o += (slot_of(original), str(event.get("SUMMARY", "")))
         found.setdefault(str(event["UID"]), []).append(o)
     return found
 
 
-def beside_changes(found: Iterable[Occurrence], zones: Iterable[str], *,
-                   starts_too: bool) -> list[Occurrence]:
+def imported_occurrences(text: str | bytes, window: Window, *, labelled: bool = False
+                         ) -> tuple[dict[str, list[Any]], str | None]:
+    """The calendar imported as a connected calendar holds it (`engine.event_rows` of
+    its VEVENTs) and expanded as the agenda expands connected events, by UID; and
+    why the expansion may be incomplete. With `labelled`, as `Labelled` occurrences
+    (the slot from the occurrence_id the agenda gives them)."""
+    rows = [{**row, "calendar_id": "xcal_" + "0" * 32, "mirror_of": None}
+            for row in engine.event_rows([RemoteEvent("k.ics", None, ical.parse(text))])]
+    bounds = expansion.Bounds(window.start, window.end, window.first_day, window.end_day,
+                              ZoneInfo("UTC"))
+    found, reason = expansion.connected(rows, bounds, agenda.MAX_ITEMS, set(),
+                                        expansion.request_budget())
+    out: dict[str, list[Any]] = {}
+    for f in found:
+        one: tuple[Any, ...] = ("day", f.start_date, f.end_date) if f.start_date is not None \
+            else ("timed", f.start, f.end)
+        if labelled:
+            one += (f.occurrence_id.rsplit(":", 1)[1], f.component.title)
+        out.setdefault(f.component.uid, []).append(one)
+    return out, reason
+
+
+def beside_changes(found: Iterable[Sequence[Any]], zones: Iterable[str], *,
+                   starts_too: bool) -> list[Any]:
     """`found` without what readers compute against RFC 5545 by design
     (tests/icaljs.py) near a change of UTC offset in `zones`: the end of an
     occurrence whose span meets a change (ical.js and recurring-ical-events
     add the length on the wall clock, the RFC in exact time) is not compared;
     with `starts_too` (ical.js), an occurrence starting at a wall time a change
     skips or repeats is left out (ical.js takes the offset after the change,
-    the RFC the one before)."""
+    the RFC the one before). Labels (`Labelled`) are kept."""
     tzs = [ZoneInfo(z) for z in zones]
     margin = timedelta(hours=3)
 
     def offsets(at: datetime) -> list[Any]:
         return [at.astimezone(tz).utcoffset() for tz in tzs]
 
-    kept: list[Occurrence] = []
-    for kind, first, last in found:
+    kept: list[Any] = []
+    for kind, first, last, *labels in found:
         if kind == "timed":
             near_start = offsets(first - margin) != offsets(first + margin)
             if starts_too and near_start:
@@ -245,15 +294,15 @@ def beside_changes(found: Iterable[Occurrence], zones: Iterable[str], *,
             end = first if last is None else last
             if offsets(first - margin) != offsets(end + margin):
                 last = "not compared"
-        kept.append((kind, first, last))
+        kept.append((kind, first, last, *labels))
     return kept
 
 
-def within(found: Iterable[Occurrence], window: Window) -> list[Occurrence]:
-    """`found` in `window`, sorted, a point event's end as its start."""
+def within(found: Iterable[Sequence[Any]], window: Window) -> list[Any]:
+    """`found` in `window`, sorted, a point event's end as its start (labels kept)."""
     normal = []
-    for kind, first, last in found:
+    for kind, first, last, *labels in found:
         if kind == "timed" and last is None:
             last = first
-        normal.append((kind, first, last))
-    return sorted(o for o in normal if window.meets(o))
+        normal.append((kind, first, last, *labels))
+    return sorted(o for o in normal if window.meets((o[0], o[1], o[2])))

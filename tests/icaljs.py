@@ -74,8 +74,9 @@ class Occurrence:
     cancelled: STATUS:CANCELLED on the component the occurrence comes from.
     The rest is for diagnostics and takes no part in equality: end_day (the
     exclusive end date of an all-day occurrence), recurrence_id (UTC instant,
-    or date, of the instance the rule produced) and floating (a date-time with
-    neither TZID nor Z, read as if UTC).
+    or date, of the instance the rule produced), floating (a date-time with
+    neither TZID nor Z, read as if UTC) and summary (the SUMMARY of the component
+    it comes from: an override's own).
     """
 
     start: datetime | None
@@ -85,6 +86,7 @@ class Occurrence:
     end_day: date | None = field(default=None, compare=False)
     recurrence_id: datetime | date | None = field(default=None, compare=False)
     floating: bool = field(default=False, compare=False)
+    summary: str | None = field(default=None, compare=False)
 
 
 # ------------------------------------------------------------------ installation
@@ -167,6 +169,7 @@ def _occurrence(raw: dict[str, Any]) -> Occurrence:
         end_day=_day(raw.get("end_date")),
         recurrence_id=_recurrence_id(raw.get("recurrence_id")),
         floating=bool(raw.get("floating", False)),
+        summary=raw.get("summary"),
     )
 
 

@@ -19,12 +19,13 @@
 //   {"start": "2025-07-14T07:00:00Z" | null, "end": "..." | null,
 //    "all_day": bool, "date": "YYYY-MM-DD" | null, "end_date": "YYYY-MM-DD" | null,
 //    "recurrence_id": "<UTC instant, or YYYY-MM-DD for dates>" | null,
-//    "floating": bool, "cancelled": bool}
+//    "floating": bool, "cancelled": bool, "summary": "<SUMMARY>" | null}
 //   Timed occurrences have start/end (UTC, second precision) and null dates;
 //   all-day ones (DATE values) have date/end_date (end_date exclusive) and null
 //   start/end. Floating date-times (no TZID, no Z) are reported as if UTC, with
 //   "floating": true. "cancelled" is the STATUS:CANCELLED of the component the
-//   occurrence comes from (the override's own, for an overridden instance).
+//   occurrence comes from (the override's own, for an overridden instance), and so
+//   is "summary" its SUMMARY.
 //
 // Which occurrences: those whose interval meets [start, end) (a zero-length one
 // when start <= its start < end); an all-day one spans its dates from 00:00Z.
@@ -306,6 +307,7 @@ function occurrenceOf(ICAL, start, end, recurrenceId, component) {
     recurrence_id: recurrenceIdText(recurrenceId),
     floating: !allDay && start.zone === ICAL.Timezone.localTimezone,
     cancelled: isCancelled(component),
+    summary: component.getFirstPropertyValue('summary') ?? null,
     // for the window test and sorting, not output:
     _s: start.toUnixTime() * 1000,
     _e: end.toUnixTime() * 1000,

@@ -30,10 +30,27 @@ STOP_TIMEOUT = 15.0
 # ---------------------------------------------------------------- helpers
 
 
+def _worker() -> tuple[int, int]:
+    """This xdist worker's index and the run's worker count ((0, 1) outside xdist)."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not name.startswith("gw") or count < 2:
+        return 0, 1
+    return int(name[2:]) % count, count
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free now, for a server started next. Under pytest-xdist each
+    worker takes only ports of its own residue modulo the worker count, so two workers
+    of one run never pick the same port between the probe and the server's bind."""
+    index, count = _worker()
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port % count == index:
+            return port
+    raise RuntimeError(f"no free port for worker {index} of {count}")
 
 
 def service_env(data_dir: Path, **extra: str) -> dict[str, str]:

@@ -488,12 +488,10 @@ def _replication_dsn(dsn: str) -> str:
 def _free_port(taken: int) -> int:
     """A port number no other server here uses: a free TCP port (the replica does
     not listen on TCP, but the number also names its socket and shared memory)."""
-    import socket
+    from processes import free_port  # a worker's own ports under pytest-xdist
 
     while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
+        port = free_port()
         if port != taken:
             return port
 

@@ -267,3 +267,76 @@ async def test_a_refused_smtp_exchange_is_logged_with_the_servers_reply(
         [warning] = [r.getMessage() for r in caplog.records if r.name == "kalends.mail"]
         assert f"event {event['id']} (CANCEL, SEQUENCE 1)" in warning
         assert warning.endswith("451 4.3.0 Try again later"), warning
+
+
+@pytest.mark.slow
+async def test_one_occurrence_changed_cancelled_and_restored_reaches_each_attendee(
+    mail: tuple[LiveServer, Inbox],
+) -> None:
+    """docs/api-choices.md, "ICS feeds and attendee e-mail": a message per attendee about
+    the one occurrence (RECURRENCE-ID in DTSTART's form), CANCEL or REQUEST, each change
+    with a higher SEQUENCE than the last about it (a restore too, though it leaves no
+    row), and a job run again sends nothing."""
+    from kalends.notify import attendee_mail
+
+    live, inbox = mail
+    async with _organizer(mail) as (api, owner):
+        profile = await new_profile(api, owner, display_name="Chamber choir")
+        event = await new_event(api, owner, profile, title="Evensong", location="Chapel",
+                                start_time="2031-03-20T18:00", end_time="2031-03-20T19:00",
+                                start_timezone=PARIS, end_timezone=PARIS,
+                                recurrence_rule="FREQ=WEEKLY;COUNT=4")
+        told = await _attendees(api, live, event)
+        path = f"/v1/events/{event['id']}/occurrences/{event['id']}:"
+        # 27 March 18:00 is winter time in Paris (17:00 UTC), 3 April summer (16:00).
+        steps = [("20310327T170000Z/cancel", {"reason": "Easter"}, "CANCEL", 1),
+                 ("20310327T170000Z/restore", {}, "REQUEST", 2),
+                 ("20310327T170000Z/cancel", {}, "CANCEL", 3)]
+        for step, body, method, sequence in steps:
+            inbox.received.clear()
+            code, answer, _ = await api.post(path + step, owner, json=body)
+            assert code == 200, answer
+            messages = inbox.wait_for(3)
+            assert sorted(r for rcpts, _ in inbox.received for r in rcpts) == sorted(told)
+            for message in messages:
+                text, cal, part = _parts(message)
+                assert part.get_param("method") == method and str(cal["METHOD"]) == method
+                [vevent] = cal.walk("VEVENT")
+                assert str(vevent["UID"]) == f"{event['id']}@kalends"
+                assert vevent.decoded("RECURRENCE-ID") == datetime(2031, 3, 27, 18,
+                                                                   tzinfo=ZoneInfo(PARIS))
+                assert vevent["RECURRENCE-ID"].params["TZID"] == PARIS
+                assert vevent.decoded("SEQUENCE") == sequence, (step, sequence)
+                assert "RRULE" not in vevent
+                assert str(vevent["STATUS"]) == ("CANCELLED" if method == "CANCEL"
+                                                 else "CONFIRMED")
+            subject = "Cancelled" if method == "CANCEL" else "Updated"
+            assert messages[0]["Subject"] == \
+                f"{subject}: Evensong (Thursday 27 March 2031, 18:00 (Europe/Paris))"
+            if step.endswith("cancel") and body:
+                assert "Reason: Easter" in _parts(messages[0])[0]
+
+        inbox.received.clear()
+        code, answer, _ = await api.patch(path + "20310403T160000Z", owner, json={
+            "title": "Evensong (cathedral)", "location": None, "start_time": "2031-04-03T19:30",
+            "end_time": "2031-04-03T20:30", "start_timezone": PARIS, "end_timezone": PARIS})
+        assert code == 200, answer
+        for message in inbox.wait_for(3):
+            text, cal, _ = _parts(message)
+            assert "Evensong (cathedral), one date of Evensong, is now on Thursday 03 April " \
+                   "2031, 19:30 (Europe/Paris)" in text and "Where:" not in text
+            [vevent] = cal.walk("VEVENT")
+            assert vevent.decoded("RECURRENCE-ID") == datetime(2031, 4, 3, 18,
+                                                               tzinfo=ZoneInfo(PARIS))
+            assert vevent.decoded("DTSTART") == datetime(2031, 4, 3, 19, 30,
+                                                         tzinfo=ZoneInfo(PARIS))
+            assert (vevent.decoded("SEQUENCE"), str(vevent["SUMMARY"])) == \
+                (1, "Evensong (cathedral)")
+            assert "LOCATION" not in vevent
+
+        # Jobs run again (a retry, a lost worker): nobody hears twice.
+        smtp = attendee_mail._smtp(str(live.app[SETTINGS].smtp_url))
+        for slot in ("20310327T170000Z", "20310403T160000Z"):
+            live.call(attendee_mail._send(live.db, event["id"], smtp, SENDER, slot))
+        await asyncio.sleep(0.5)
+        assert len(inbox.received) == 3

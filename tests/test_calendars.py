@@ -196,7 +196,8 @@ async def test_create_a_timed_event(api: Any, user: Any) -> None:
 async def test_create_defaults_and_no_end_timezone_fill_in(api: Any, user: Any) -> None:
     event = await create(api, user)
     assert event["start_time"] == "2031-05-06T14:00:00Z"
-    # The spec fills end_timezone from start_timezone for profile events only.
+    # end_timezone is filled from start_timezone for profile events only
+    # (docs/api-choices.md, "Calendars and calendar events").
     assert event["end_time"] is None and event["end_timezone"] is None
     assert event["description"] is None and event["location"] is None
     assert event["recurrence_rule"] is None and event["is_all_day"] is False

@@ -7,28 +7,26 @@ client (the `caldav` package) plays the user's other devices, and
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import os
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import icalendar
 import pytest
 import recurring_ical_events
-from caldav_server import Radicale
-from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
+from conftest import Api, User, assert_error, new_event, new_profile
 from connected_world import (
     PARIS,
     Person,
+    World,
     agenda,
+    caldav_world,
+    connect,
     eventually,
     external,
     in_days,
@@ -49,47 +47,16 @@ from ical_readers import (
     within,
 )
 
-from kalends.connected import admin, engine
-from kalends.service import config
+from kalends.connected import engine
 
 # slow: a real CalDAV server (Radicale) per test (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = pytest.mark.slow
 
 
-@dataclasses.dataclass
-class World:
-    server: LiveServer
-    radicale: Radicale
-    dsn: str
-    data_dir: Path
-    settings: config.Settings
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "DATABASE_URL": self.dsn, "KALENDS_DATA_DIR": str(self.data_dir)}
-
-
 @pytest.fixture(scope="module")
 def world(database_url: str) -> Iterator[World]:
-    folder = Path(tempfile.mkdtemp(prefix="kalends-caldav-"))
-    radicale = Radicale(folder)
-    radicale.start()
-    saved = os.environ.get("KALENDS_DATA_DIR")
-    # The vault's key file lives here, for the server and the CLI alike.
-    os.environ["KALENDS_DATA_DIR"] = str(folder / "data")
-    settings = dataclasses.replace(config.load(), secret_key=None)
-    try:
-        with migrated_database(database_url, "kalends_caldav") as dsn:
-            server = LiveServer(dsn, settings=settings)
-            try:
-                yield World(server, radicale, dsn, folder / "data", settings)
-            finally:
-                server.close()
-    finally:
-        radicale.stop()
-        if saved is None:
-            os.environ.pop("KALENDS_DATA_DIR", None)
-        else:
-            os.environ["KALENDS_DATA_DIR"] = saved
+    with caldav_world(database_url, "kalends_caldav") as made:
+        yield made
 
 
 @pytest.fixture
@@ -115,12 +82,6 @@ def cli(world: World, *args: str, stdin: str = "") -> tuple[int, dict[str, Any]]
     out = done.stdout if done.returncode == 0 else done.stderr
     lines = [line for line in out.decode().splitlines() if line.startswith("{")]
     return done.returncode, json.loads(lines[-1]) if lines else {"raw": out.decode()}
-
-
-def connect(world: World, p: Person) -> dict[str, Any]:
-    return world.server.call(admin.connect(
-        world.server.db, world.settings, p.user.email, "ios", world.radicale.url, p.login,
-        p.password))
 
 
 def stamp(day: date, hour: int, minute: int = 0) -> str:
@@ -756,7 +717,8 @@ _PUSHED_CASES: list[tuple[str, dict[str, Any]]] = [
     ("Off-rule start", {"start_time": "2027-03-07T09:00", "end_time": "2027-03-07T10:00",
                         "end_timezone": "Europe/Paris",
                         "recurrence_rule": "FREQ=WEEKLY;BYDAY=MO,TH;COUNT=8"}),
-    # The prefix the spec allows, with UNTIL first.
+    # The `RRULE:` prefix a rule may be sent with (docs/api-choices.md, "Events, RSVPs and
+    # series"), with UNTIL first.
     ("Prefixed rule", {"start_time": "2027-06-07T16:00", "end_time": "2027-06-07T17:00",
                        "end_timezone": "Europe/Paris",
                        "recurrence_rule": "RRULE:UNTIL=20270930T000000Z;BYDAY=MO;FREQ=WEEKLY"}),

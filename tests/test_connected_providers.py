@@ -275,6 +275,76 @@ async def test_google_copies_of_subscribed_events(world: World, api: Api) -> Non
     await eventually(gone, "copy deleted on unsubscribe")
 
 
+async def test_google_copies_carry_cancelled_and_changed_occurrences(
+        world: World, api: Api) -> None:
+    """docs/api-choices.md, "Connected calendars": a cancelled occurrence is an EXDATE of
+    the copy's `recurrence`, a changed one its instance (`<id>_<original start>`) with its
+    own values; a restored one is put back as the rule makes it."""
+    g = world.google
+    user = world.server.create_user()
+    cal = google_calendars(g, secrets.token_hex(4))
+    out = connect(world, user, "google", g.grant())
+    account = out["account_id"]
+    xcal = next(c["id"] for c in out["calendars"] if c["name"] == "Main")
+    await settled(world, account)
+    host = world.server.create_user()
+    profile = await new_profile(api, host)
+    first = in_days(5)
+    event = await new_event(api, host, profile, title="Talk",
+                            start_time=f"{first.isoformat()}T18:00",
+                            end_time=f"{first.isoformat()}T19:00",
+                            end_timezone="Europe/Paris", recurrence_rule="FREQ=WEEKLY;COUNT=3")
+    status, listed, _ = await api.get(f"/v1/events/{event['id']}/occurrences", host, params={
+        "from": f"{first.isoformat()}T00:00:00Z",
+        "to": f"{(first + timedelta(days=20)).isoformat()}T00:00:00Z"})
+    assert status == 200 and len(listed["data"]) == 3, listed
+    second, third = (o["occurrence_id"] for o in listed["data"][1:])
+    path = f"/v1/events/{event['id']}/occurrences/"
+    status, _, _ = await api.post(path + second + "/cancel", host, json={})
+    assert status == 200
+    status, _, _ = await api.patch(path + third, host, json={
+        "title": "Talk (moved)", "start_time": f"{(first + timedelta(days=15)).isoformat()}T09:00",
+        "end_time": f"{(first + timedelta(days=15)).isoformat()}T10:00",
+        "start_timezone": "Europe/Paris", "end_timezone": "Europe/Paris"})
+    assert status == 200
+    status, sub, _ = await api.post("/v1/subscriptions", user, json={
+        "subscription_type": "profile", "profile_id": profile["id"],
+        "external_calendar_ids": [xcal]})
+    assert status == 201
+    uid = f"{event['id']}@kalends"
+
+    def copies() -> dict[str, dict[str, Any]]:
+        return {e["id"]: e for e in g.live(cal) if e.get("iCalUID") == uid}
+
+    async def pushed(count: int, title: str) -> bool:
+        await settled(world, account)
+        instances = [e for e in copies().values() if "recurringEventId" in e]
+        return len(copies()) == count and all(e["summary"] == title for e in instances)
+
+    await eventually(lambda: pushed(2, "Talk (moved)"), "copy and instance pushed")
+    [master] = [e for e in copies().values() if "recurringEventId" not in e]
+    second_day = first + timedelta(days=7)
+    assert master["recurrence"] == [
+        "RRULE:FREQ=WEEKLY;COUNT=3", f"EXDATE;TZID=Europe/Paris:{second_day:%Y%m%d}T180000"]
+    slot = third.split(":")[1]
+    instance = copies()[f"{master['id']}_{slot}"]
+    assert instance["recurringEventId"] == master["id"]
+    assert instance["start"] == {"dateTime": f"{(first + timedelta(days=15)).isoformat()}T09:00:00",
+                                 "timeZone": "Europe/Paris"}
+    assert instance["originalStartTime"] == {
+        "dateTime": f"{(first + timedelta(days=14)).isoformat()}T18:00:00",
+        "timeZone": "Europe/Paris"}
+    assert "recurrence" not in instance
+
+    status, _, _ = await api.post(path + third + "/restore", host, json={})
+    assert status == 200
+    await eventually(lambda: pushed(2, "Talk"), "instance put back")
+    restored = copies()[f"{master['id']}_{slot}"]
+    assert restored["start"] == restored["originalStartTime"]
+    status, _, _ = await api.delete(f"/v1/subscriptions/{sub['id']}", user)
+    assert status == 204
+
+
 # -- Microsoft ------------------------------------------------------------------------
 
 

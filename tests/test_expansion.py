@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import orjson
 import pytest
 from conftest import new_event, new_profile
 from graphql import GraphQLList, GraphQLNonNull, GraphQLObjectType, get_named_type
@@ -107,20 +108,64 @@ def _window(days: int) -> expansion.Window:
 
 async def test_expansion_refuses_the_event_loop() -> None:
     with pytest.raises(RuntimeError, match="event loop"):
-        expansion.spans(_weekly(), _window(30), expansion.request_budget())
+        expansion.spans(_weekly(), _window(30), expansion.request_budget(),
+                        changes=expansion.NO_CHANGES)
     # Beside it, the same call answers.
     found, reason = await expansion.run(expansion.spans, _weekly(), _window(30),
-                                        expansion.request_budget())
+                                        expansion.request_budget(), changes=expansion.NO_CHANGES)
     assert len(found) == 4 and reason is None
 
 
 def test_a_spent_budget_says_so() -> None:
     budget = expansion.Budget(occurrences=10)
-    found, reason = expansion.spans(_weekly(), _window(365), budget)
+    found, reason = expansion.spans(_weekly(), _window(365), budget,
+                                    changes=expansion.NO_CHANGES)
     assert reason == "expansion_limit" and budget.exhausted and len(found) <= 10
     with pytest.raises(expansion.ApiError) as raised:
-        expansion.meets(_weekly(), _window(365), budget)
+        expansion.meets(_weekly(), _window(365), budget, changes=expansion.NO_CHANGES)
     assert raised.value.code == "expansion_limit"
+
+
+def _change(slot: datetime, *, status: str = "scheduled", title: str | None = None,
+            moved_to: datetime | None = None) -> dict[str, Any]:
+    """An `event_occurrences` row of `_weekly()` as db/occurrences.py reads it."""
+    return {"slot": slot.strftime("%Y%m%dT%H%M%SZ"), "original_start": slot, "status": status,
+            "changes": orjson.dumps({"title": title} if title else {}).decode(),
+            "start_time": moved_to, "end_time": None, "start_date": None, "end_date": None}
+
+
+def test_changes_are_applied_inside_the_one_expansion() -> None:
+    """docs/occurrences.md, "How changes are applied": a moved occurrence is found where it
+    now is, with its own values and the ID of its slot, whether or not its slot meets the
+    window; a cancelled one only for readers that ask for them."""
+    weeks = [datetime(2027, 1, 4, 9, tzinfo=UTC) + timedelta(weeks=k) for k in range(8)]
+    later = datetime(2027, 2, 10, 12, tzinfo=UTC)  # past the 30-day window
+    earlier = datetime(2027, 1, 2, 8, tzinfo=UTC)
+    changes = {_weekly()["id"]: [
+        _change(weeks[0], title="First"), _change(weeks[1], moved_to=later),
+        _change(weeks[2], status="cancelled"), _change(weeks[6], moved_to=earlier)]}
+    found, reason = expansion.spans(_weekly(), _window(30), expansion.request_budget(),
+                                    changes=changes)
+    assert reason is None
+    assert [s.start for s in found] == [earlier, weeks[0], weeks[3]]
+    assert [s.changed.slot if s.changed else None for s in found] == [
+        "20270215T090000Z", "20270104T090000Z", None]
+    assert found[1].changed is not None and found[1].changed["title"] == "First"
+    assert found[1].changed["recurrence_rule"] == "FREQ=WEEKLY"  # the rest: the row's
+    with_cancelled, _ = expansion.spans(_weekly(), _window(30), expansion.request_budget(),
+                                        changes=changes, cancelled=True)
+    assert [s.start for s in with_cancelled] == [earlier, weeks[0], weeks[2], weeks[3]]
+    # Without changes, the rule as it is.
+    plain, _ = expansion.spans(_weekly(), _window(30), expansion.request_budget(),
+                               changes=expansion.NO_CHANGES)
+    assert [s.start for s in plain] == weeks[:4]
+
+
+def test_a_slot_is_one_the_rule_makes() -> None:
+    budget = expansion.request_budget()
+    assert expansion.locate(_weekly(), "20270111T090000Z", budget) is not None
+    for slot in ("20270111T090001Z", "20270104", "20261228T090000Z", "2027011T090000Z"):
+        assert expansion.locate(_weekly(), slot, budget) is None, slot
 
 
 def test_every_list_without_limit_has_a_largest_size() -> None:

@@ -180,3 +180,48 @@ async def test_only_public_live_profiles_have_a_feed(api: Api, live_server: Live
 
 def _json(body: bytes) -> Any:
     return json.loads(body)
+
+
+async def test_occurrences_changed_alone_are_overrides_and_exdates_and_change_the_etag(
+    api: Api, live_server: LiveServer,
+) -> None:
+    """docs/api-choices.md, "ICS feeds and attendee e-mail": a cancelled occurrence is an
+    EXDATE of its event, a changed one a VEVENT of the same UID with its RECURRENCE-ID;
+    each change (a restore too) is a new ETag, and the feed as it was its old one."""
+    owner = live_server.create_user()
+    profile = await new_profile(api, owner)
+    event = await new_event(api, owner, profile, title="Jam", start_time="2031-03-20T19:30",
+                            end_time="2031-03-20T22:00", start_timezone=PARIS,
+                            end_timezone=PARIS, recurrence_rule="FREQ=WEEKLY;COUNT=4")
+    uid = f"{event['id']}@kalends"
+    path = f"/v1/events/{event['id']}/occurrences/{event['id']}:"
+    etags: list[str] = []
+
+    async def read() -> list[Any]:
+        status, body, headers = await _feed(live_server, profile["id"])
+        assert status == 200
+        etags.append(headers["ETag"])
+        return [e for e in Calendar.from_ical(body).walk("VEVENT") if str(e["UID"]) == uid]
+
+    [master] = await read()
+    # 27 March 19:30 is still winter time in Paris (18:30 UTC), 3 April summer (17:30).
+    status, _, _ = await api.post(path + "20310327T183000Z/cancel", owner, json={})
+    assert status == 200
+    [master] = await read()
+    assert master["EXDATE"].to_ical() == b"20310327T193000"
+    assert master["EXDATE"].params["TZID"] == PARIS
+    status, _, _ = await api.patch(path + "20310403T173000Z", owner, json={
+        "title": "Jam (late)", "start_time": "2031-04-03T21:00", "end_time": "2031-04-03T23:00",
+        "start_timezone": PARIS, "end_timezone": PARIS})
+    assert status == 200, _
+    master, moved = await read()
+    assert "RRULE" in master and "RRULE" not in moved
+    assert moved.decoded("RECURRENCE-ID") == datetime(2031, 4, 3, 19, 30, tzinfo=ZoneInfo(PARIS))
+    assert moved.decoded("DTSTART") == datetime(2031, 4, 3, 21, tzinfo=ZoneInfo(PARIS))
+    assert (str(moved["SUMMARY"]), moved.decoded("SEQUENCE")) == ("Jam (late)", 1)
+    for slot in ("20310327T183000Z", "20310403T173000Z"):
+        status, _, _ = await api.post(path + slot + "/restore", owner, json={})
+        assert status == 200
+        vevents = await read()
+    assert len(vevents) == 1 and "EXDATE" not in vevents[0]
+    assert len(set(etags[:-1])) == 4 and etags[-1] == etags[0], etags

@@ -1,4 +1,4 @@
-"""Follows per the spec and docs/api-choices.md, "Follows": follow a profile, series or event once,
+"""Follows per docs/api-choices.md, "Follows": follow a profile, series or event once,
 list and filter the caller's follows, unfollow, a target gone from sight, and the
 followers of a profile (who may see them, and what they show)."""
 

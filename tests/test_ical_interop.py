@@ -27,16 +27,15 @@ from ical_readers import (
     create_events,
     event_bodies,
     icaljs_occurrences,
+    imported_occurrences,
     python_occurrences,
     window_of,
     within,
 )
 
 from db import events as event_store
-from kalends import agenda, expansion
-from kalends.connected import engine, ical
+from kalends import expansion
 from kalends.connected.provider import Component as RemoteComponent
-from kalends.connected.provider import RemoteEvent
 from kalends.notify import attendee_mail, ics
 
 _SYNC_SECONDS = 30
@@ -171,14 +170,8 @@ def _provider_text(body: dict[str, Any]) -> str:
 
 
 def _imported(text: str, window: Window) -> tuple[list[Any], str | None]:
-    rows = [{**row, "calendar_id": "xcal_" + "0" * 32, "mirror_of": None}
-            for row in engine.event_rows([RemoteEvent("k.ics", None, ical.parse(text))])]
-    bounds = expansion.Bounds(window.start, window.end, window.first_day, window.end_day,
-                              ZoneInfo("UTC"))
-    found, reason = expansion.connected(rows, bounds, agenda.MAX_ITEMS, set(),
-                                        expansion.request_budget())
-    return [("day", f.start_date, f.end_date) if f.start_date is not None
-            else ("timed", f.start, f.end) for f in found], reason
+    found, reason = imported_occurrences(text, window)
+    return [o for occurrences in found.values() for o in occurrences], reason
 
 
 @pytest.mark.slow

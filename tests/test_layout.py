@@ -4,6 +4,7 @@ of every module's imports, lazy ones inside functions included."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -80,6 +81,25 @@ def violations(root: Path, packages: Iterable[str] = PACKAGES) -> list[str]:
 
 def test_the_layout_rules_hold() -> None:
     assert violations(ROOT) == []
+
+
+def unnamed_modules(root: Path) -> list[str]:
+    """The modules of kalends/ and its packages that their row of docs/layout.md does not
+    name (as `name` or `name.py`); kalends/operations/ is named as a whole."""
+    rows = dict(re.findall(r"^\| `([^`]+)` \| (.*) \|$", (root / "docs" / "layout.md").read_text(),
+                           re.MULTILINE))
+    unnamed = []
+    for path in sorted((root / "kalends").rglob("*.py")):
+        package = path.parent.relative_to(root).as_posix()
+        row = rows.get("kalends/*.py" if package == "kalends" else f"{package}/", "")
+        named = set(re.findall(r"`([A-Za-z_]+)(?:\.py)?`", row))
+        if path.stem not in ("__init__", "__main__", *named) and package != "kalends/operations":
+            unnamed.append(path.relative_to(root).as_posix())
+    return unnamed
+
+
+def test_the_layout_names_every_module() -> None:
+    assert unnamed_modules(ROOT) == []
 
 
 def test_a_bridge_importing_another_is_caught(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
+from multidict import CIMultiDict, MultiDict
 from oauth_flow import tokens_for
 
 from kalends import accounts
@@ -21,7 +22,8 @@ from kalends.registry import OPERATIONS
 from mcp_bridge.jsonrpc import RpcError
 from mcp_bridge.schemas import compact, without_patterns
 from mcp_bridge.tools import (
-    build_catalogue,
+    Catalogue,
+    Catalogues,
     input_schema,
     list_page,
     listed_output_schema,
@@ -231,8 +233,13 @@ async def test_tools_list_is_one_page(api: Any, user: Any, modern: bool) -> None
         assert {"resultType", "ttlMs", "cacheScope"}.isdisjoint(page)
 
 
+def _listing_all(page_size: int) -> Catalogue:
+    """The catalogue a `?toolsets=all` request is listed, chosen as the route chooses it."""
+    return Catalogues(OPERATIONS, page_size).select(CIMultiDict(), MultiDict(toolsets="all"))
+
+
 def test_cursors_page_a_catalogue_larger_than_a_page() -> None:
-    catalogue = build_catalogue(OPERATIONS, page_size=20)
+    catalogue = _listing_all(page_size=20)
     names: list[str] = []
     params: dict[str, Any] = {}
     while True:
@@ -260,7 +267,7 @@ def test_cursors_page_a_catalogue_larger_than_a_page() -> None:
 
 
 async def test_invalid_cursors_are_invalid_params(api: Any, user: Any) -> None:
-    cursor = build_catalogue(OPERATIONS, page_size=20).cursors[0]
+    cursor = _listing_all(page_size=20).cursors[0]
     for bad in ["", "garbage!", cursor, 42, [cursor]]:
         status, body = await _rpc(api, user, _modern("tools/list", {"cursor": bad}))
         _assert_rpc_error(status, body, 400, -32602)

@@ -24,17 +24,17 @@ import asyncio
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import npm_cache
 import pytest
 import yaml  # type: ignore[import-untyped]
 from oauth_flow import Browser, register
+from processes import free_port
 
 # slow: the npm MCP conformance suite, installed and run (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = pytest.mark.slow
@@ -79,38 +79,17 @@ AUTHORIZATION_SPEC_VERSION = "2026-07-28"
 BAD = {"FAILURE", "WARNING", "SKIPPED"}
 
 
-def _installed_version() -> str | None:
-    try:
-        manifest = json.loads((SUITE / "package.json").read_text())
-    except FileNotFoundError:
-        return None
-    return manifest.get("version")  # type: ignore[no-any-return]
+def _installed() -> bool:
+    return NODE.exists() and npm_cache.version(CACHE, "@modelcontextprotocol/conformance") \
+        == SUITE_VERSION
 
 
 @pytest.fixture(scope="module")
 def suite() -> list[str]:
-    """The command that runs the suite, installed into .cache/conformance on first use."""
-    if not NODE.exists() or _installed_version() != SUITE_VERSION:
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed")
-        CACHE.mkdir(parents=True, exist_ok=True)
-        install = subprocess.run(
-            [
-                npm,
-                "install",
-                "--prefix",
-                str(CACHE),
-                "--no-audit",
-                "--no-fund",
-                f"@modelcontextprotocol/conformance@{SUITE_VERSION}",
-                NODE_PACKAGE,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert install.returncode == 0, install.stdout + install.stderr
+    """The command that runs the suite, installed into .cache/conformance on first use
+    (under npm_cache's lock: parallel sessions and xdist workers install once)."""
+    npm_cache.install(CACHE, [f"@modelcontextprotocol/conformance@{SUITE_VERSION}", NODE_PACKAGE],
+                      _installed)
     return [str(NODE), str(SUITE / "dist" / "index.js")]
 
 
@@ -167,12 +146,6 @@ def test_conformance(
     assert any(check["status"] == "SUCCESS" for check in checks), report
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]  # type: ignore[no-any-return]
-
-
 async def _authorization_url(
     process: asyncio.subprocess.Process, base: str, output: list[str]
 ) -> str | None:
@@ -201,7 +174,7 @@ async def test_authorization_server(suite: list[str], live_server: Any, tmp_path
     suite's callback as its redirect URI, and a user who consents with an API key."""
     user = live_server.create_user()
     base = live_server.url
-    port = _free_port()
+    port = free_port()
     browser = Browser()
     output: list[str] = []
     try:

@@ -134,7 +134,7 @@ async def test_mcp_answers_carry_local_times(api: Api, user: User, live_server: 
         without = (await client.call_tool("getEvent", {
             "event_id": flight["id"], "fields": ["start_time"]})).structured_content
         assert set(without) == {"id", "start_time"}
-    # REST bodies are the spec's, unchanged.
+    # REST bodies are unchanged: no local times (docs/mcp.md, "Local times").
     status, rest, _ = await api.get(f"/v1/events/{flight['id']}", user)
     assert status == 200 and "local_start_time" not in rest and "local_end_time" not in rest
     status, rest, _ = await api.get(

@@ -170,4 +170,6 @@ def test_every_tool_that_answers_a_resource_takes_fields() -> None:
         schema = tools.output_schema(op)
         assert schema is not None and op.resource is not None
         resource = schema["properties"]["data"]["items"] if op.resource.page else schema
-        assert resource["required"] == ["id"], name
+        # An occurrence is named by its occurrence_id (docs/occurrences.md).
+        assert resource["required"] == [op.resource.key], name
+        assert op.resource.key == ("occurrence_id" if "Occurrence" in name else "id"), name

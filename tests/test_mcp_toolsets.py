@@ -42,7 +42,7 @@ ROUTES = ["/mcp-developer", "/mcp"]
 EVERY = toolsets.toolsets(OPERATIONS.values())
 TAGGED = {name: ops for name, ops in EVERY.items() if name != CORE}
 ALL = Selection(frozenset(EVERY))
-# Spec defaults of ToolAnnotations (tools.mdx): what an absent hint means.
+# The MCP specification's defaults of ToolAnnotations (tools.mdx): what an absent hint means.
 HINT_DEFAULTS = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False,
                  "openWorldHint": True}
 
@@ -123,7 +123,7 @@ def test_selections_admit_by_tag_and_hint() -> None:
 
 def test_catalogues_list_a_selection_and_accept_only_its_tools() -> None:
     catalogues = tools.Catalogues(OPERATIONS)
-    whole = catalogues.get(catalogues.everything)
+    whole = _all(catalogues)
     assert [t["name"] for t in whole.tools] == list(OPERATIONS) and whole.names == set(OPERATIONS)
     core = catalogues.get(Selection())
     assert [t["name"] for t in core.tools] == _names(Selection()) and core.names < whole.names
@@ -161,8 +161,13 @@ def _registered(op: Operation) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _all(catalogues: tools.Catalogues) -> tools.Catalogue:
+    """The catalogue of `?toolsets=all`, chosen as the route chooses a request's."""
+    return catalogues.select(CIMultiDict(), MultiDict(toolsets="all"))
+
+
 def _listed() -> dict[str, dict[str, Any]]:
-    return {t["name"]: t for t in tools.build_catalogue(OPERATIONS).tools}
+    return {t["name"]: t for t in _all(tools.Catalogues(OPERATIONS)).tools}
 
 
 def _pairs() -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -380,13 +385,17 @@ def test_listed_inputs_leave_out_only_patterns() -> None:
 
 
 def test_a_resource_output_lists_only_its_id() -> None:
-    """What every answer holds whatever `fields` asked; other outputs are whole but for
-    their titles (the OpenAPI component names)."""
+    """What every answer holds whatever `fields` asked (its `id`; an occurrence's
+    `occurrence_id`); other outputs are whole but for their titles (the OpenAPI
+    component names)."""
     listed = _listed()
-    only_id = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
     for op in OPERATIONS.values():
         output = listed[op.name].get("outputSchema")
         found = op.resource
+        if found is not None:
+            assert found.key == ("occurrence_id" if "Occurrence" in op.name else "id"), op.name
+            only_id = {"type": "object", "properties": {found.key: {"type": "string"}},
+                       "required": [found.key]}
         if found is None:
             whole = tools.output_schema(op)
             assert (output is None) is (whole is None), op.name
@@ -403,7 +412,7 @@ def test_a_resource_output_lists_only_its_id() -> None:
 
 def test_listing_leaves_the_registry_schemas_alone() -> None:
     before = {op.name: copy.deepcopy(_registered(op)) for op in OPERATIONS.values()}
-    tools.build_catalogue(OPERATIONS)
+    _all(tools.Catalogues(OPERATIONS))
     assert {op.name: _registered(op) for op in OPERATIONS.values()} == before
 
 
@@ -426,7 +435,7 @@ def test_annotations_leave_out_only_what_says_nothing() -> None:
 
 def test_the_catalogue_is_smaller_whole_and_selected() -> None:
     catalogues = tools.Catalogues(OPERATIONS)
-    whole = catalogues.get(catalogues.everything)
+    whole = _all(catalogues)
 
     def registered(catalogue: tools.Catalogue) -> int:
         entries = []

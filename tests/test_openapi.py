@@ -150,7 +150,8 @@ def test_a_generated_client_has_one_model_per_resource(document: dict[str, Any],
 
 def test_one_profile_whatever_the_operation(document: dict[str, Any]) -> None:
     """createProfile answers the Profile the reads answer, plus `organization_id`
-    (spec): one component, that key optional and said to be createProfile's."""
+    (docs/api-choices.md, opening list): one component, that key optional and said to be
+    createProfile's."""
     schemas = document["components"]["schemas"]
     assert [name for name in schemas if name[-1].isdigit()] == []
     profile = {"$ref": "#/components/schemas/Profile"}

@@ -70,6 +70,12 @@ async def _tour(api: Api, live_server: LiveServer) -> list[str]:
     sid = series["id"]
     await ok("PATCH", f"/v1/series/{sid}", owner, 200, {"description": "All of them"})
     await ok("POST", f"/v1/series/{sid}/events", owner, 204, {"event_id": eid})
+    # One occurrence (docs/occurrences.md): the weekly concert's, 10:00 in Paris.
+    second, third = (f"/v1/events/{eid}/occurrences/{eid}:{slot}"
+                     for slot in ("20310513T080000Z", "20310520T080000Z"))
+    await ok("PATCH", second, owner, 200, {"title": "Tour encore"})
+    await ok("POST", f"{third}/cancel", owner, 200, {"reason": "Rain"})
+    await ok("POST", f"{third}/restore", owner, 200)
     follow = await ok("POST", "/v1/follows", fan, 201, {
         "following_type": "profile", "target_id": pid})
     subscription = await ok("POST", "/v1/subscriptions", fan, 201, {
@@ -97,6 +103,8 @@ async def _tour(api: Api, live_server: LiveServer) -> list[str]:
         f"/v1/subscriptions/{subscription['id']}",
         f"/v1/profiles/{pid}/webhook-endpoints", f"/v1/webhook-endpoints/{hook['id']}",
         f"/v1/free-busy?start={tomorrow}T00:00:00Z&end={tomorrow}T12:00:00Z", "/v1/context",
+        f"/v1/events/{eid}/occurrences?from=2031-05-01T00:00:00Z&to=2031-06-01T00:00:00Z",
+        second,
         # error paths
         "/v1/events/evt_doesnotexist0000000000000", "/v1/profiles/nonsense",
         "/v1/events?limit=0", "/v1/search?q=",
@@ -107,6 +115,8 @@ async def _tour(api: Api, live_server: LiveServer) -> list[str]:
         status, answer, _ = await api.get(path, user)
         assert (status == 200) == (gets.index(path) < len(gets) - 4), (path, status, answer)
 
+    await ok("POST", f"/v1/events/{eid}/split", owner, 201, {
+        "occurrence_id": f"{eid}:20310520T080000Z", "title": "Tour finale"})
     await ok("DELETE", f"/v1/series/{sid}/events/{eid}", owner, 204)
     await ok("DELETE", f"/v1/events/{eid}/rsvps/{rsvp['id']}", fan, 204)
     await ok("DELETE", f"/v1/follows/{follow['id']}", fan, 204)

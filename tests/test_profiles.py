@@ -1,4 +1,5 @@
-"""Profiles per the spec: create, read, update, soft delete, visibility, roles, pages."""
+"""Profiles per docs/api-choices.md (opening list) and docs/http.md: create, read, update,
+soft delete, visibility, roles, pages."""
 
 from __future__ import annotations
 

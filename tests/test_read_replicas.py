@@ -5,13 +5,16 @@ KALENDS_READ_DATABASE_URL.
 What a user relies on: reads that only read go to the replica and writes never do; after
 their write is answered none of their reads shows an older state, whatever key or
 process they use, even through a replica held seconds behind; a replica that stops
-costs no request, and is used again once it is back.
+costs no request, and is used again once it is back. What an operator sees: one clear log
+line per change of a replica's state, and /metrics that never shows a replica in use, or
+a lag, that it no longer has.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -37,7 +40,7 @@ from replica import Replica, parse_lsn, replica_of
 from test_mcp import _modern, _post
 from test_metrics import samples_of, value
 
-from db import embedded
+from db import embedded, replicas
 from db.database import Database
 from db.migrate import migrate
 from kalends import accounts
@@ -89,13 +92,32 @@ def _reads(samples: Any, target: str) -> float:
     return value(samples, "kalends_db_reads_total", target=target)
 
 
+def _replica1(samples: Any, name: str) -> float | None:
+    """`kalends_db_replica_<name>{replica="replica1"}`, None when absent."""
+    return samples.get((f"kalends_db_replica_{name}", frozenset({("replica", "replica1")})))
+
+
+async def _replica_state(server: LiveServer | str, **wanted: float | None) -> Any:
+    """Until replica1's samples are `wanted` (`in_use=1`; `lag_seconds=None`: absent); the
+    samples."""
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        samples = await samples_of(server)
+        seen = {name: _replica1(samples, name) for name in wanted}
+        if seen == wanted:
+            return samples
+        assert time.monotonic() < deadline, f"replica1 stays {seen}, not {wanted}"
+        await asyncio.sleep(0.05)
+
+
 async def _replica_used(server: LiveServer | str) -> None:
     """Until the server's check has found the (new or restarted) replica usable."""
-    deadline = time.monotonic() + DEADLINE
-    while not (await samples_of(server)).get(
-            ("kalends_db_replica_up", frozenset({("replica", "replica1")}))):
-        assert time.monotonic() < deadline, "the replica is never used"
-        await asyncio.sleep(0.05)
+    await _replica_state(server, in_use=1)
+
+
+def _replica_log(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "kalends.replicas" and "replica1" in r.getMessage()]
 
 
 async def _replica_commits(replica: Replica, database: str) -> int:
@@ -211,8 +233,10 @@ async def test_a_user_reads_their_writes_through_a_replica_held_behind(
 
 
 async def test_a_replica_that_stops_costs_no_request(
-        database_url: str, dsn: str, replica: Replica, session: aiohttp.ClientSession
+        database_url: str, dsn: str, replica: Replica, session: aiohttp.ClientSession,
+        caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="kalends.replicas")
     with servers(dsn, replica) as [server]:
         api = Api(session, server.url)
         owner, reader = server.create_user(), server.create_user()
@@ -220,6 +244,8 @@ async def test_a_replica_that_stops_costs_no_request(
         event = await new_event(api, owner, profile)
         await asyncio.to_thread(replica.wait_caught_up, database_url)
         await _replica_used(server)
+        assert _replica_log(caplog) == ["read replica replica1 usable"]
+        caplog.clear()
 
         answers: list[int] = []
         stop = asyncio.Event()
@@ -237,20 +263,86 @@ async def test_a_replica_that_stops_costs_no_request(
             # Nothing fails, and the service stays ready.
             status, _, _ = await api.get("/readyz", None)
             assert status == 200
-            samples = await samples_of(server)
-            assert not samples.get(("kalends_db_replica_up", frozenset({("replica", "replica1")})))
+            # Down, not in use, and no lag left over from before it stopped.
+            await _replica_state(server, up=0, in_use=0, lag_seconds=None)
+            # Said once, in one line that says what happened (not asyncpg's "cannot
+            # switch to state ..." of a connection the server dropped).
+            [said] = _replica_log(caplog)
+            assert said.startswith("read replica replica1 down (") and "\n" not in said, said
+            assert said.endswith("; reading the primary until it is back"), said
+            assert "switch to state" not in said and "another operation" not in said, said
+            caplog.clear()
         finally:
             stop.set()
             await asyncio.gather(*readers)
             await asyncio.to_thread(replica.start)
         assert answers and set(answers) == {200}, answers
-        # Back: used again once a check finds it well.
+        # Back: used again once a check finds it well, and said once.
         await asyncio.to_thread(replica.wait_caught_up, database_url)
         await _replica_used(server)
+        assert _replica_log(caplog) == ["read replica replica1 usable"]
         before = await samples_of(server)
         status, _, _ = await api.get(f"/v1/events/{event['id']}", reader)
         assert status == 200
         assert _reads(await samples_of(server), "replica1") == _reads(before, "replica1") + 1
+
+
+async def test_a_replica_too_far_behind_is_not_used_and_says_so(
+        database_url: str, dsn: str, replica: Replica, session: aiohttp.ClientSession,
+        caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past KALENDS_READ_MAX_LAG_SECONDS a replica is up but not read: /metrics says so
+    (`in_use` 0, its lag shown), and the log says it once, and once when it catches up."""
+    caplog.set_level(logging.INFO, logger="kalends.replicas")
+    with servers(dsn, replica, read_max_lag=0.3) as [server]:
+        api = Api(session, server.url)
+        owner, reader = server.create_user(), server.create_user()
+        profile = await new_profile(api, owner)
+        event = await new_event(api, owner, profile)
+        await asyncio.to_thread(replica.wait_caught_up, database_url)
+        await _replica_used(server)
+        caplog.clear()
+        await asyncio.to_thread(replica.set_apply_delay, 30_000)
+        try:
+            status, body, _ = await api.patch(f"/v1/events/{event['id']}", owner,
+                                              json={"title": "Later"})
+            assert status == 200, body
+            samples = await _replica_state(server, up=1, in_use=0)
+            lag = _replica1(samples, "lag_seconds")
+            assert lag is not None and lag > 0.3, lag
+            # Reads go to the primary meanwhile.
+            status, _, _ = await api.get(f"/v1/events/{event['id']}", reader)
+            assert status == 200
+            after = await samples_of(server)
+            assert _reads(after, "primary") == _reads(samples, "primary") + 1
+            assert _reads(after, "replica1") == _reads(samples, "replica1")
+            await asyncio.sleep(0.3)  # a dozen checks more, each finding it behind
+            [said] = _replica_log(caplog)
+            assert said.startswith("read replica replica1 is ") and "s behind the primary" \
+                in said and "KALENDS_READ_MAX_LAG_SECONDS" in said, said
+            caplog.clear()
+        finally:
+            await asyncio.to_thread(replica.set_apply_delay, 0)
+        await _replica_state(server, up=1, in_use=1)
+        [said] = _replica_log(caplog)
+        assert said.startswith("read replica replica1 caught up ("), said
+
+
+def test_a_failed_check_is_said_in_a_few_words() -> None:
+    """What the down line says (db/replicas.py `_why`), whatever asyncpg raised."""
+    said = {
+        replicas._why(asyncpg.InternalClientError(
+            "cannot switch to state 12; another operation (None) is in progress")),
+        replicas._why(asyncpg.ConnectionDoesNotExistError(
+            "connection was closed in the middle of operation")),
+        replicas._why(ConnectionResetError(104, "Connection reset by peer")),
+    }
+    assert said == {"connection lost"}
+    assert replicas._why(ConnectionRefusedError(111, "Connection refused")) == "connection refused"
+    assert replicas._why(TimeoutError()) == "no answer within 2 s"
+    assert replicas._why(asyncpg.CannotConnectNowError(
+        "the database system is shutting down")) == "the database system is shutting down"
+    assert replicas._why(OSError(113, "No route to host")) == "cannot connect: No route to host"
 
 
 async def test_a_replica_of_another_primary_is_never_read(

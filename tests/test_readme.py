@@ -45,8 +45,8 @@ async def test_the_rest_first_steps_work_as_written(api: Api, user: User) -> Non
     # The subscription's body splices the shell's $PROFILE in: read it as a placeholder.
     block = block.replace("\"'$PROFILE'\"", '"$PROFILE"')
     bodies = [json.loads(b) for b in re.findall(r"-d '(\{.*?\})'", block, re.S)]
-    assert len(bodies) == 4
-    profile_body, event_body, recurring_body, subscription_body = bodies
+    assert len(bodies) == 5
+    profile_body, event_body, recurring_body, subscription_body, cancel_body = bodies
     assert {"start_time", "start_timezone"} <= set(event_body)
     assert "Z" not in event_body["start_time"] and "+" not in event_body["start_time"]
     assert "recurrence_rule" in recurring_body
@@ -57,6 +57,8 @@ async def test_the_rest_first_steps_work_as_written(api: Api, user: User) -> Non
         status, event, _ = await api.post(f"/v1/profiles/{profile['id']}/events", user,
                                           json=body)
         assert status == 201, event
+    jam = event  # the Monday jam, as the README shows it answered
+    assert _shown_after("COUNT=10", block).items() <= jam.items()
     # What the README shows the first event answering.
     status, page, _ = await api.get(f"/v1/profiles/{profile['id']}/events", user,
                                     params={"limit": "20"})
@@ -78,6 +80,34 @@ async def test_the_rest_first_steps_work_as_written(api: Api, user: User) -> Non
             break
         await asyncio.sleep(0.05)
     assert titles == ["Jazz night", "Monday jam"], body
+    # The items as the README shows them: the Monday jam first, named by its copy.
+    first = body["items"][0]
+    assert first["occurrence_id"].startswith("cev_")
+    assert first["occurrence_id"].endswith(":20270308T180000Z")
+    assert {k: v for k, v in first.items() if k in ("title", "start")} == {
+        "title": "Monday jam", "start": "2027-03-08T18:00:00Z"}
+    # One occurrence cancelled, as written: its response is the one shown.
+    path = re.search(r"curl -s (\$API/events/\$JAM/occurrences/\S+/cancel)", block)
+    assert path, block
+    url = path.group(1).replace("$API", "/v1").replace("$JAM", jam["id"])
+    status, cancelled, _ = await api.post(url, user, json=cancel_body)
+    assert status == 200, cancelled
+    shown = _shown_after("Closed for the holiday", block)
+    assert shown.items() <= cancelled.items()
+    assert cancelled["occurrence_id"] == f"{jam['id']}:20270315T180000Z"
+    status, body, _ = await api.get("/v1/agenda", user, params={"date": "2027-03-15",
+                                                                "days": "1"})
+    assert status == 200 and body["items"] == [], body
+
+
+def _shown_after(marker: str, block: str) -> dict[str, Any]:
+    """The JSON the README shows answered after the line holding `marker` (its `# {...}`
+    comment lines), without what it elides (`...`, and values holding it)."""
+    lines = block[block.index(marker):].splitlines()[1:]
+    shown = " ".join(line.removeprefix("#").strip() for line in
+                     lines[:next(i for i, line in enumerate(lines) if not line.startswith("#"))])
+    answer = json.loads(re.sub(r",? \.\.\.", "", shown))
+    return {k: v for k, v in answer.items() if not (isinstance(v, str) and "..." in v)}
 
 
 async def test_the_graphql_first_step_runs(api: Api, user: User) -> None:

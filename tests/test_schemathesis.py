@@ -229,12 +229,13 @@ def _has_inputs(operation: Any, *, beyond_path: bool = False) -> bool:
 def _path_parameters(operation: Any, real_ids: dict[str, str]) -> dict[str, str]:
     """Real IDs for every path parameter of the operation, or {} if one has none. Each
     parameter takes the real ID its documented pattern admits (a calendar event's
-    `event_id` admits a cev_ ID, an event's an evt_ ID)."""
+    `event_id` admits a cev_ ID, an event's an evt_ ID); where it admits several (an
+    occurrence's `event_id`: an evt_ ID or a copy's cev_), the first seeded."""
     out: dict[str, str] = {}
     for param in operation.path_parameters:
         pattern = param.definition.get("schema", {}).get("pattern")
         fits = [v for v in real_ids.values() if pattern and re.search(pattern, v)]
-        if len(fits) != 1:
+        if not fits:
             return {}
         out[param.name] = fits[0]
     return out
@@ -281,6 +282,8 @@ def _seed(http: requests.Session, base: str, user: Any) -> Seeded:
                 ids[prefix] = response.json()["id"]
         elif _error_code(response) not in ("route_not_found", "method_not_allowed"):
             seeded.failures.append(f"POST {url} -> {response.status_code} {response.text[:300]}")
+    if "evt" in ids:  # its one occurrence (docs/occurrences.md): 10:00 in Paris, in UTC
+        ids["occurrence"] = f"{ids['evt']}:20310506T080000Z"
     return seeded
 
 

@@ -1,4 +1,4 @@
-"""Series per the spec and docs/api-choices.md, "Events, RSVPs and series": create, list, read,
+"""Series per docs/api-choices.md, "Events, RSVPs and series": create, list, read,
 update, membership, the series' events, the deletion preview and deletion (with and without
 cascade)."""
 

@@ -1,4 +1,4 @@
-"""Subscriptions per the spec and docs/api-choices.md, "Subscriptions and sync": subscribe,
+"""Subscriptions per docs/api-choices.md, "Subscriptions and sync": subscribe,
 re-subscribe, pause, unsubscribe with its cleanup, consolidation, targets, and the background sync
 that keeps the subscriber's default calendar in step with the source.
 

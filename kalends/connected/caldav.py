@@ -146,9 +146,10 @@ class CalDavAdapter:
                        token=new_token, full=token is None)
 
     async def put(self, calendar: RemoteCalendar, key: str | None, component: Component,
-                  etag: str | None) -> RemoteEvent:
+                  etag: str | None, overrides: Sequence[Component] = (),
+                  reset: Sequence[Component] = ()) -> RemoteEvent:
         collection = URL(calendar.remote_id)
-        body = ical.serialize(component)
+        body = ical.serialize(component, overrides)
         headers = {"Content-Type": "text/calendar; charset=utf-8"}
         if key is None:
             key = _object_path(collection, component.uid)
@@ -169,7 +170,7 @@ class CalDavAdapter:
             raise WriteRefused(f"{key}: writing refused")
         if status not in (200, 201, 204):
             raise _error(status, text, collection)
-        return RemoteEvent(key=key, etag=reply.etag, components=(component,))
+        return RemoteEvent(key=key, etag=reply.etag, components=(component, *overrides))
 
     async def delete(self, calendar: RemoteCalendar, key: str, etag: str | None) -> None:
         url = URL(calendar.remote_id).with_path(key)

@@ -10,7 +10,7 @@ every zone), or a UTC instant.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import Any
@@ -228,13 +228,20 @@ def rule_text(rule: str) -> str:
     return ";".join(p for p in rule.strip().removeprefix("RRULE:").split(";") if p)
 
 
-def digest(c: Component) -> str:
-    """What a pushed copy holds, as a hash: unchanged events are not written again."""
-    fields = times_json(c) | {
+def digest(c: Component, overrides: Sequence[Component] = ()) -> str:
+    """What a pushed copy holds (a master and its overrides), as a hash: unchanged
+    events are not written again. A copy without overrides hashes as it did before
+    they existed, so that no copy is written again for them alone."""
+    held = [_fields(c)] if not overrides else [_fields(one) for one in (c, *overrides)]
+    value = held[0] if len(held) == 1 else held
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _fields(c: Component) -> dict[str, Any]:
+    return times_json(c) | {
         "uid": c.uid, "title": c.title, "description": c.description, "location": c.location,
         "cancelled": c.cancelled, "transparent": c.transparent, "sequence": c.sequence,
     }
-    return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def mirrored_event(uid: str) -> str | None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
 from typing import Any
@@ -38,6 +38,8 @@ import asyncpg
 
 from db import connected as store
 from db import embedded
+from db import ical as ical_store
+from db import occurrences as occurrence_store
 from db.database import Database, Tx
 from kalends import expansion, ids, outbound
 from kalends.connected import components, vault
@@ -248,19 +250,24 @@ class Engine:
 
     async def _push(self, calendar: asyncpg.Record, adapter: Adapter) -> None:
         # Rendering walks each event's rule: beside the event loop.
-        wanted = await expansion.run(_components, await store.wanted_copies(self._db,
-                                                                            calendar["id"]))
+        rows = {r["id"]: r for r in await store.wanted_copies(self._db, calendar["id"])}
+        occurrences = await occurrence_store.for_events(self._db, list(rows))
+        wanted = await expansion.run(_components, list(rows.values()), occurrences)
         have = {r["event_id"]: r for r in await store.pushes(self._db, calendar["id"])}
         if not wanted and not have:
             return
         target = remote(calendar)
-        for event_id, component in wanted.items():
-            digest = components.digest(component)
+        overridden = await ical_store.pushed_overrides(self._db, calendar["id"])
+        for event_id, (component, *overrides) in wanted.items():
+            digest = components.digest(component, overrides)
             known = have.get(event_id)
             if known is not None and known["digest"] == digest:
                 continue
+            slots = {components.recurrence_key(o) for o in overrides}
+            reset = await expansion.run(_reset, rows[event_id],
+                                        overridden.get(event_id, set()) - slots)
             try:
-                written = await _write(adapter, target, known, component)
+                written = await _write(adapter, target, known, component, overrides, reset)
             except WriteRefused as exc:
                 log.warning("calendar %s refuses copies: %s", calendar["id"], exc)
                 return
@@ -269,6 +276,9 @@ class Engine:
                 continue
             await store.pushed(self._db, calendar["id"], event_id, written.key, written.etag,
                                digest)
+            if slots or event_id in overridden:
+                await ical_store.record_pushed_overrides(self._db, calendar["id"], event_id,
+                                                         slots)
         for event_id in have.keys() - wanted.keys():
             known = have[event_id]
             with suppress(Gone):
@@ -292,16 +302,19 @@ class Engine:
 
 
 async def _write(adapter: Adapter, target: RemoteCalendar, known: asyncpg.Record | None,
-                 component: Component) -> RemoteEvent:
+                 component: Component, overrides: Sequence[Component],
+                 reset: Sequence[Component]) -> RemoteEvent:
     if known is None:
-        return await adapter.put(target, None, component, None)
+        return await adapter.put(target, None, component, None, overrides)
     try:
-        return await adapter.put(target, known["remote_key"], component, known["etag"])
+        return await adapter.put(target, known["remote_key"], component, known["etag"],
+                                 overrides, reset)
     except Conflict:
         # Edited in the provider since we wrote it: the copy follows its source.
-        return await adapter.put(target, known["remote_key"], component, None)
+        return await adapter.put(target, known["remote_key"], component, None, overrides,
+                                 reset)
     except Gone:
-        return await adapter.put(target, None, component, None)
+        return await adapter.put(target, None, component, None, overrides)
 
 
 def open_vault(settings: Settings) -> Vault:
@@ -326,6 +339,16 @@ async def connected_jobs(db: Database, settings: Settings
         await session.close()
 
 
-def _components(rows: Sequence[asyncpg.Record]) -> dict[str, Component]:
-    """Kalends events as the components pushed for them."""
-    return {r["id"]: ics.of_event(r) for r in rows}
+def _reset(row: asyncpg.Record, slots: set[str]) -> list[Component]:
+    """The occurrences of slots an earlier copy overrode and none does now, as the
+    rule makes them (those it still makes)."""
+    made = expansion.still_made(row, sorted(slots)) if slots else []
+    return [ics.of_occurrence(row, slot, None) for slot in made]
+
+
+def _components(rows: Sequence[asyncpg.Record],
+                occurrences: Mapping[str, Sequence[asyncpg.Record]]
+                ) -> dict[str, tuple[Component, ...]]:
+    """Kalends events as the components pushed for them: each its master, then its
+    overrides (`ics.of_series`: the feed's VEVENTs)."""
+    return {r["id"]: ics.of_series(r, occurrences.get(r["id"], ())) for r in rows}

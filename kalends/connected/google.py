@@ -17,11 +17,12 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
 import aiohttp
 
 from kalends import outbound
-from kalends.connected import ical
+from kalends.connected import components, ical
 from kalends.connected.components import zone_of
 from kalends.connected.oauth import OAuthClient
 from kalends.connected.provider import (
@@ -102,7 +103,8 @@ class GoogleAdapter:
         return changes
 
     async def put(self, calendar: RemoteCalendar, key: str | None, component: Component,
-                  etag: str | None) -> RemoteEvent:
+                  etag: str | None, overrides: Sequence[Component] = (),
+                  reset: Sequence[Component] = ()) -> RemoteEvent:
         body = _body(component)
         if key is None:
             key = event_id(component.uid)
@@ -116,7 +118,23 @@ class GoogleAdapter:
                 "PUT", self._event(calendar, key), json=body,
                 headers={"If-Match": etag} if etag else None)
         reply.check_write(key)
-        return RemoteEvent(key, reply.body.get("etag"), (component,))
+        etag = reply.body.get("etag")
+        for instance in (*overrides, *reset):
+            await self._put_instance(calendar, key, component, instance)
+        return RemoteEvent(key, etag, (component, *overrides))
+
+    async def _put_instance(self, calendar: RemoteCalendar, key: str, master: Component,
+                            instance: Component) -> None:
+        """One instance of series `key` as `instance` says (an override, or the rule's
+        own again), written to the id Google gives it (`events.instances`:
+        `<series id>_<original start>`), with its original start in the series' zone."""
+        assert instance.recurrence_id is not None
+        original = _original(instance.recurrence_id, master.zone)
+        body = {**_body(instance), "recurringEventId": key,
+                "originalStartTime": _moment(original, master.zone)}
+        instance_id = f"{key}_{components.slot_key(instance.recurrence_id, master.zone)}"
+        reply = await self._oauth.request("PUT", self._event(calendar, instance_id), json=body)
+        reply.check_write(instance_id)
 
     async def delete(self, calendar: RemoteCalendar, key: str, etag: str | None) -> None:
         reply = await self._oauth.request("DELETE", self._event(calendar, key),
@@ -170,7 +188,11 @@ def _component(item: dict[str, Any]) -> Component:
     if "originalStartTime" in item:
         original = dict(item["originalStartTime"])
         original.setdefault("timeZone", item["start"].get("timeZone"))
-        recurrence_id, _ = _when(original)
+        moment, original_zone = _when(original)
+        # On the instance's own clock when it is the same, else as the instant it is
+        # (moved to another zone: ical.py's rule for RECURRENCE-ID).
+        recurrence_id = moment if original_zone == zone or not isinstance(moment, datetime) \
+            else components.instant(moment, original_zone)
     rrule, rdates, exdates = _recurrence(item.get("recurrence", []), start, zone)
     return Component(
         uid=item.get("iCalUID") or item["id"], start=start, zone=zone, end=end,
@@ -221,5 +243,24 @@ def _body(c: Component) -> dict[str, Any]:
         "transparency": "transparent" if c.transparent else "opaque",
     }
     if c.rrule:
-        body["recurrence"] = [f"RRULE:{c.rrule}"]
+        body["recurrence"] = [f"RRULE:{c.rrule}", *(_exdate(m, c.zone) for m in c.exdates)]
     return body
+
+
+def _original(m: Moment, zone: str | None) -> Moment:
+    """An instance's original start on the series' clock (a wall time in `zone`), or
+    its date."""
+    if isinstance(m, datetime) and m.tzinfo is not None and zone:
+        return m.astimezone(ZoneInfo(zone)).replace(tzinfo=None)
+    return m
+
+
+def _exdate(m: Moment, zone: str | None) -> str:
+    """An EXDATE line of `recurrence`, in DTSTART's form (its zone, or a date)."""
+    if not isinstance(m, datetime):
+        return f"EXDATE;VALUE=DATE:{m:%Y%m%d}"
+    wall = _original(m, zone)
+    assert isinstance(wall, datetime)
+    if wall.tzinfo is not None or not zone:
+        return f"EXDATE:{wall.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+    return f"EXDATE;TZID={zone}:{wall:%Y%m%dT%H%M%S}"

@@ -5,13 +5,14 @@ as a VCALENDAR with the VTIMEZONEs it uses."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import icalendar
 
+from kalends.connected import components
 from kalends.connected.provider import Component, Moment
 from kalends.notify import ics
 
@@ -49,7 +50,7 @@ def _component(event: Any) -> Component:
         end, end_zone = start + duration, zone
     recurrence_id = None
     if "RECURRENCE-ID" in event:
-        recurrence_id, _ = _moment(event["RECURRENCE-ID"])
+        recurrence_id = _in(*_moment(event["RECURRENCE-ID"]), zone)
     rrule = event.get("RRULE")
     return Component(
         uid=str(event["UID"]),
@@ -59,8 +60,8 @@ def _component(event: Any) -> Component:
         location=_text(event.get("LOCATION")),
         recurrence_id=recurrence_id,
         rrule=None if rrule is None else _first(rrule).to_ical().decode(),
-        rdates=tuple(_dates(event.get("RDATE"))),
-        exdates=tuple(_dates(event.get("EXDATE"))),
+        rdates=tuple(_dates(event.get("RDATE"), zone)),
+        exdates=tuple(_dates(event.get("EXDATE"), zone)),
         cancelled=str(event.get("STATUS", "")).upper() == "CANCELLED",
         transparent=str(event.get("TRANSP", "")).upper() == "TRANSPARENT",
         sequence=int(event.get("SEQUENCE", 0)),
@@ -94,20 +95,33 @@ def _split(value: Any, tzid: str | None) -> tuple[Moment, str | None]:
     return value.astimezone(UTC), None
 
 
-def _dates(prop: Any) -> Iterable[Moment]:
+def _in(moment: Moment, moment_zone: str | None, zone: str | None) -> Moment:
+    """A RECURRENCE-ID, RDATE or EXDATE value as the component holds it: a wall time
+    when it is written on the clock of the component's DTSTART (`zone`), else the
+    instant it names (UTC). Values are matched to occurrences by instant
+    (`components.slot_key` reads a wall time on DTSTART's clock), and an instance
+    moved to another zone keeps the RECURRENCE-ID of its slot in the series' zone:
+    read on its own DTSTART's clock, it would name another instant."""
+    if moment_zone is None or moment_zone == zone or not isinstance(moment, datetime):
+        return moment
+    return components.instant(moment, moment_zone)
+
+
+def _dates(prop: Any, zone: str | None) -> Iterable[Moment]:
     if prop is None:
         return
     for entry in prop if isinstance(prop, list) else [prop]:
         tzid = entry.params.get("TZID")
         for value in entry.dts:
-            if isinstance(value.dt, tuple):  # a PERIOD: its start
-                moment, _ = _split(value.dt[0], tzid)
-            else:
-                moment, _ = _split(value.dt, tzid)
-            yield moment
+            # A PERIOD: its start.
+            yield _in(*_split(value.dt[0] if isinstance(value.dt, tuple) else value.dt, tzid),
+                      zone)
 
 
-def serialize(c: Component) -> bytes:
-    """One VCALENDAR holding `c`, with the VTIMEZONEs its times use (kalends/notify/ics.py)."""
-    return ics.document([ics.vevent(c, stamp=datetime.now(UTC).replace(microsecond=0))],
+def serialize(c: Component, overrides: Sequence[Component] = ()) -> bytes:
+    """One VCALENDAR holding `c` and its `overrides` (one iCalendar object, as RFC 4791
+    4.1 wants every component of one UID), with the VTIMEZONEs their times use
+    (kalends/notify/ics.py)."""
+    stamp = datetime.now(UTC).replace(microsecond=0)
+    return ics.document([ics.vevent(one, stamp=stamp) for one in (c, *overrides)],
                         prodid=PRODID)

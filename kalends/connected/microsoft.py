@@ -130,7 +130,8 @@ class MicrosoftAdapter:
         return changes
 
     async def put(self, calendar: RemoteCalendar, key: str | None, component: Component,
-                  etag: str | None) -> RemoteEvent:
+                  etag: str | None, overrides: Sequence[Component] = (),
+                  reset: Sequence[Component] = ()) -> RemoteEvent:
         if component.cancelled and key is not None:
             # Graph cancels only as an organizer, with attendees to tell: the copy of a
             # cancelled event is removed instead, which is what an attendee sees.

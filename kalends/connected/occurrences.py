@@ -39,19 +39,20 @@ class Found(NamedTuple):
     event_id: str
     component: Component
     recurring: bool
-    original: datetime | None  # a timed occurrence's original start (the ID's stamp)
+    original: Moment
+    """The ID's stamp: the original start of the slot the occurrence fills (an
+    override's RECURRENCE-ID, wherever it moved it), an instant or (all-day) a date."""
 
     @property
     def occurrence_id(self) -> str:
         # Made when asked: the agenda asks only for the occurrences it may keep, a
         # few hundred of the thousands a month of weekly masters holds.
-        if self.start_date is not None:
-            day = self.start_date
+        day = self.original
+        if isinstance(day, datetime):
+            stamp = times.compact_utc(day)
+        else:
             stamp = day.strftime("%Y%m%d") if day.year >= 1000 else \
                 day.isoformat().replace("-", "")
-        else:
-            assert self.original is not None
-            stamp = times.compact_utc(self.original)
         return f"{self.event_id}:{stamp}"
 
 
@@ -148,14 +149,17 @@ _Slot = tuple[datetime, datetime | None, tuple[date, date] | None, str]
 def _found(row: Mapping[str, Any], c: Component, start: datetime, end: datetime | None,
            days: tuple[date, date] | None, recurring: bool, event_id: str) -> Found:
     return Found(start, end, days[0] if days else None, days[1] if days else None,
-                 row["calendar_id"], event_id, c, recurring,
-                 None if days is not None else _original(c, start))
+                 row["calendar_id"], event_id, c, recurring, _original(c, start, days))
 
 
-def _original(c: Component, start: datetime) -> datetime:
-    if c.recurrence_id is not None and isinstance(c.recurrence_id, datetime):
-        return components.instant(c.recurrence_id, c.zone)
-    return start
+def _original(c: Component, start: datetime, days: tuple[date, date] | None) -> Moment:
+    """The slot an occurrence fills: an override's RECURRENCE-ID (an instant, or the
+    date of an all-day one), else where it starts."""
+    if c.recurrence_id is not None:
+        if isinstance(c.recurrence_id, datetime):
+            return components.instant(c.recurrence_id, c.zone)
+        return c.recurrence_id
+    return days[0] if days is not None else start
 
 
 def _single(c: Component, w: Bounds) -> Iterable[_Slot]:

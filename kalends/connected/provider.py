@@ -182,10 +182,16 @@ class Adapter(Protocol):
         ...
 
     async def put(self, calendar: RemoteCalendar, key: str | None, component: Component,
-                  etag: str | None) -> RemoteEvent:
+                  etag: str | None, overrides: Sequence[Component] = (),
+                  reset: Sequence[Component] = ()) -> RemoteEvent:
         """Create (`key` None; the adapter derives a key from `component.uid`
         where the provider allows) or replace the event `key`, conditionally on
-        `etag` when given. Returns the stored resource's key and etag."""
+        `etag` when given, with the instances `overrides` changes (RECURRENCE-ID;
+        a master's EXDATEs take out the ones cancelled). `reset`: instances an
+        earlier write overrode that are as the rule makes them again (a provider
+        that keeps instances apart from their series writes them back; one that
+        replaces the whole object needs nothing). Returns the stored resource's
+        key and etag."""
         ...
 
     async def delete(self, calendar: RemoteCalendar, key: str, etag: str | None) -> None:

@@ -61,6 +61,8 @@ class Change:
     """A webhook event type (`kalends.notify.webhooks.EVENT_TYPES`)."""
     profile_id: str
     event_id: str
+    occurrence_id: str | None = None
+    """For an `occurrence.*` change: the occurrence's ID (docs/occurrences.md)."""
     _reads: dict[Hashable, asyncio.Future[Any]] = field(
         default_factory=dict, compare=False, repr=False)
 
@@ -80,26 +82,29 @@ class Change:
         return result
 
     def payload(self) -> str:
-        return f"{self.type} {self.profile_id} {self.event_id}"
+        words = (self.type, self.profile_id, self.event_id, self.occurrence_id)
+        return " ".join(w for w in words if w is not None)
 
     @classmethod
     def parse(cls, payload: str) -> Change | None:
         parts = payload.split(" ")
-        if len(parts) != 3:
+        if len(parts) not in (3, 4):
             return None
-        kind, profile_id, event_id = parts
-        return cls(kind, profile_id, event_id)
+        return cls(parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else None)
 
 
-async def announce(tx: Tx, event_type: str, profile_id: str, event_ids: Sequence[str]) -> None:
-    """In the transaction of a change to these events (or to their RSVPs): tell
-    every process's subscribers once it commits. A delete must be announced before
-    the rows go."""
-    if not event_ids:
+async def announce(tx: Tx, event_type: str, profile_id: str,
+                   changed: Sequence[tuple[str, str | None]]) -> None:
+    """In the transaction of a change to these events (or to their RSVPs, or to one
+    of their occurrences: (event ID, occurrence ID or None) each): tell every
+    process's subscribers once it commits. A delete must be announced before the
+    rows go."""
+    if not changed:
         return
     if event_type == "event.deleted":
-        await store.keep_deleted(tx, event_ids, DELETED_KEPT)
-    await store.announce(tx, [Change(event_type, profile_id, e).payload() for e in event_ids])
+        await store.keep_deleted(tx, [e for e, _ in changed], DELETED_KEPT)
+    await store.announce(tx, [Change(event_type, profile_id, e, o).payload()
+                              for e, o in changed])
 
 
 def _unavailable(message: str) -> ApiError:
@@ -225,7 +230,7 @@ class Feed:
         # The watches open at the commit's notification, offered the change a few at a
         # time, in arrival order (so each watch keeps commit order).
         targets = list(self._events.get(change.event_id, ()))
-        if change.type.startswith("event."):
+        if not change.type.startswith("rsvp."):  # an event's changes, its occurrences' too
             targets[:0] = self._profiles.get(change.profile_id, ())
         if not targets:
             return

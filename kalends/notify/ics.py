@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import calendar as _calendar
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import Any
@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo
 
 import icalendar
 
+from db import occurrences as occurrence_store
 from kalends import expansion, times
 from kalends.connected.provider import Component, Moment
 
@@ -189,6 +190,123 @@ def _coincide(days: Sequence[int]) -> bool:
 
 
 # --- Kalends events --------------------------------------------------------------
+
+
+def of_series(row: Mapping[str, Any], occurrences: Sequence[Mapping[str, Any]] = ()
+              ) -> tuple[Component, ...]:
+    """A Kalends event and its `event_occurrences` rows as written everywhere
+    (docs/api-choices.md, "ICS feeds and attendee e-mail"): the master (`of_event`)
+    with an `EXDATE` for each cancelled occurrence, then one override
+    (`RECURRENCE-ID`) for each changed one. A row of a slot the rule no longer makes
+    is not written, as the agenda does not show it (readers disagree on such an
+    override: ical.js drops it, `recurring-ical-events` adds it)."""
+    master = of_event(row)
+    if not row["recurrence_rule"] or not occurrences:
+        return (master,)
+    made = set(expansion.still_made(row, [o["slot"] for o in occurrences]))
+    kept = [o for o in occurrences if o["slot"] in made]
+    exdates = tuple(original_start(row, o) for o in kept if o["status"] == "cancelled")
+    overrides = tuple(_override(row, master, o) for o in kept
+                      if o["status"] != "cancelled" and is_changed(o))
+    return (replace(master, exdates=exdates), *overrides)
+
+
+def of_occurrence(row: Mapping[str, Any], slot: str,
+                  occurrence: Mapping[str, Any] | None) -> Component:
+    """One occurrence of a recurring event on its own (attendee e-mail): `slot`'s
+    `RECURRENCE-ID`, with the occurrence's times and text as the agenda shows them
+    (its row's when it has one, else where and what the rule makes of it) and its
+    `SEQUENCE` (`occurrence_sequence`)."""
+    master = of_event(row)
+    o = occurrence if occurrence is not None else _unchanged(row, slot)
+    return replace(_override(row, master, o),
+                   cancelled=master.cancelled or o["status"] == "cancelled")
+
+
+def occurrence_sequence(row: Mapping[str, Any], occurrence: Mapping[str, Any] | None) -> int:
+    """An occurrence's `SEQUENCE`: the event's, plus its row's revision plus one
+    when it has a row, so that it is above the master's from the first change on
+    (calendars ignore an update of an instance that is not above what they hold,
+    the master's for an instance never changed) and rises with either."""
+    if occurrence is None or occurrence["sequence"] is None:
+        return int(row["sequence"])
+    return int(row["sequence"]) + int(occurrence["sequence"]) + 1
+
+
+def is_changed(occurrence: Mapping[str, Any]) -> bool:
+    """Whether a scheduled occurrence's row makes it differ from the rule's: moved,
+    or with text of its own."""
+    return _moved(occurrence) or bool(occurrence_store.changed_values(occurrence))
+
+
+def _moved(occurrence: Mapping[str, Any]) -> bool:
+    return occurrence["start_time"] is not None or occurrence["start_date"] is not None
+
+
+def original_start(row: Mapping[str, Any], occurrence: Mapping[str, Any]) -> Moment:
+    """The slot as `RECURRENCE-ID` and `EXDATE` write it, in DTSTART's form: the
+    original start on the event's own clock (TZID), or its date (all-day)."""
+    instant: datetime = occurrence["original_start"]
+    if row["is_all_day"]:
+        return instant.astimezone(UTC).date()
+    return instant.astimezone(ZoneInfo(row["start_timezone"]))
+
+
+def _unchanged(row: Mapping[str, Any], slot: str) -> dict[str, Any]:
+    """The row of an occurrence that has none: where and what the rule makes of it."""
+    original = expansion.parse_slot(slot)
+    if not isinstance(original, datetime):
+        assert original is not None, slot
+        original = datetime.combine(original, time(), UTC)
+    return {"slot": slot, "status": "scheduled", "changes": {}, "sequence": None,
+            "original_start": original,
+            **dict.fromkeys(("start_time", "end_time", "start_timezone", "end_timezone",
+                             "start_date", "end_date"))}
+
+
+def _override(row: Mapping[str, Any], master: Component, o: Mapping[str, Any]) -> Component:
+    """The VEVENT of one occurrence: its own times (moved) or the rule's, its own
+    text or the event's."""
+    own = occurrence_store.changed_values(o)
+    return replace(
+        master, **_override_times(row, o), recurrence_id=original_start(row, o),
+        title=own.get("title", row["title"]) or "",
+        description=own.get("description", row["description"]),
+        location=own.get("location", row["location"]),
+        rrule=None, rdates=(), exdates=(), sequence=occurrence_sequence(row, o))
+
+
+def _override_times(row: Mapping[str, Any], o: Mapping[str, Any]) -> dict[str, Any]:
+    """An occurrence's DTSTART/DTEND: a moved one's own (times in their zones, or
+    dates), else the rule's: the original start and the event's length after it."""
+    if row["is_all_day"]:
+        if _moved(o):
+            return {"start": o["start_date"], "end": o["end_date"]}
+        first = o["original_start"].astimezone(UTC).date()
+        return {"start": first, "end": first + (row["end_date"] - row["start_date"])}
+    if _moved(o):
+        start: datetime = o["start_time"]
+        end: datetime | None = o["end_time"]
+        zone = o["start_timezone"] or row["start_timezone"]
+        end_zone = o["end_timezone"] or zone
+    else:
+        start, zone = o["original_start"], row["start_timezone"]
+        end = None if row["end_time"] is None else start + (row["end_time"] - row["start_time"])
+        end_zone = row["end_timezone"] or zone
+    return {"start": _wall(start, zone), "zone": zone,
+            "end": None if end is None else _wall(end, end_zone),
+            "end_zone": None if end is None else end_zone}
+
+
+def _wall(instant: datetime, zone: str) -> datetime:
+    """`instant` on `zone`'s wall clock; in UTC when that wall time is the second of
+    two (a change back repeats an hour): RFC 5545 reads a repeated wall time as the
+    first, so no TZID form names the second."""
+    tz = ZoneInfo(zone)
+    wall = instant.astimezone(tz).replace(tzinfo=None)
+    if wall.replace(tzinfo=tz, fold=0).astimezone(UTC) != instant.astimezone(UTC):
+        return instant.astimezone(UTC)
+    return wall
 
 
 def of_event(row: Mapping[str, Any]) -> Component:

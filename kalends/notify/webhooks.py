@@ -41,13 +41,14 @@ from kalends.validation import Body, Url
 EventType = Literal[
     "event.created", "event.updated", "event.cancelled", "event.rescheduled", "event.deleted",
     "rsvp.created", "rsvp.updated", "rsvp.deleted",
+    "occurrence.updated", "occurrence.cancelled", "occurrence.restored",
 ]
 EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
 ENTRYPOINT = "webhook_delivery"
 SECRET_PREFIX = "whsec_"
 ROTATION_OVERLAP = timedelta(hours=24)
 
-Kind = Literal["event", "rsvp"]
+Kind = Literal["event", "rsvp", "occurrence"]
 Render = Callable[[Tx, str, Kind, dict[str, str]], Awaitable[dict[str, Any]]]
 """(transaction, owner's user ID, kind, the read's variables) -> the resource as
 REST shows it to that user, read inside the transaction."""
@@ -187,7 +188,8 @@ async def record(tx: Tx, render: Render, event_type: EventType, profile_id: str,
     the variables of its read) for each endpoint that wants it. Nothing is read
     or rendered for a profile without one. Live subscribers are told in any case
     (`kalends.notify.changes`: the type and IDs only)."""
-    await changes.announce(tx, event_type, profile_id, [r["event_id"] for r in resources])
+    await changes.announce(tx, event_type, profile_id,
+                           [(r["event_id"], r.get("occurrence_id")) for r in resources])
     endpoints = await store.subscribed(tx, profile_id, event_type)
     if not endpoints or not resources:
         return
@@ -197,7 +199,7 @@ async def record(tx: Tx, render: Render, event_type: EventType, profile_id: str,
         body = orjson.dumps({
             "type": event_type, "timestamp": utc_text(datetime.now(UTC)), "data": data,
         }).decode()
-        # Ordered per event: an RSVP's messages go in its event's lane.
+        # Ordered per event: an RSVP's or an occurrence's messages go in its event's lane.
         await store.add_message(tx, ids.new_id("msg"), profile_id, event_type, body,
                                 variables["event_id"], endpoint_ids)
     await jobs.enqueue_many(tx, ENTRYPOINT, [{"endpoint_id": e} for e in endpoint_ids])

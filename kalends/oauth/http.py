@@ -237,7 +237,7 @@ def _invalid_token(request: web.Request, description: str) -> ApiError:
 
 
 async def resource_metadata(request: web.Request) -> web.Response:
-    """RFC 9728 for /mcp, at both well-known paths the MCP spec names."""
+    """RFC 9728 for /mcp, at both well-known paths the MCP specification names."""
     oauth = request.app[OAUTH]
     return _json({
         "resource": oauth.resource(request),

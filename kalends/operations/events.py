@@ -230,9 +230,11 @@ register(
         mcp=Mcp(
             title="Cancel an event",
             description=(
-                "Cancel an event the caller administers, with an optional reason. RSVPs are "
-                "kept so attendees can be told. A cancelled event cannot be changed or "
-                "cancelled again until rescheduleEvent reopens it."
+                "Cancel an event the caller administers, with an optional reason, kept as "
+                "the event's cancellation_reason (shown on the event and in attendee mail; "
+                "rescheduleEvent clears it). RSVPs are kept so attendees can be told. A "
+                "cancelled event cannot be changed or cancelled again until rescheduleEvent "
+                "reopens it."
             ),
             destructive=True,
         ),

@@ -3,9 +3,10 @@ docs/mcp.md): what an agent pays for is context, and every tool is a GraphQL doc
 so the answer can hold exactly the resource's fields it needs.
 
 The resource is what the operation answers: its REST body when that is an object with
-an `id` (a get, a create, an update), or the items of its page (`data` of a body with
-`data`, `has_more` and `next_cursor`). Narrowing keeps, in the resource's selection,
-the top-level fields asked for and `id`, each with its whole sub-selection, and drops
+an `id` (a get, a create, an update), or an occurrence's `occurrence_id`
+(docs/occurrences.md), or the items of its page (`data` of a body with `data`,
+`has_more` and `next_cursor`). Narrowing keeps, in the resource's selection, the
+top-level fields asked for and that key, each with its whole sub-selection, and drops
 the rest (fragments inlined at that level, unused ones dropped). The local times an
 agent reads (`local_start_time`, `local_end_time`: docs/mcp.md, "Local times"), which no
 REST document selects, are added at that level when asked for. A narrowed document is
@@ -46,6 +47,9 @@ MAX_PLANS = 512
 """Narrowed plans kept, over every operation (the least recently used go first)."""
 LOCAL_TIMES = ("local_start_time", "local_end_time")
 """Fields an agent's answer adds to a resource whose GraphQL type has them."""
+KEYS = ("id", "occurrence_id")
+"""What names a resource: its `id`, or, for an occurrence, which has none, its
+`occurrence_id`."""
 
 
 @dataclass(frozen=True)
@@ -59,23 +63,27 @@ class Resource:
     """Its top-level fields, in the document's order."""
     conditional: frozenset[str] = frozenset()
     """Those the document selects only when asked (`@include`: an `expand`)."""
+    key: str = "id"
+    """The field that names it (`KEYS`), in every answer whatever `fields` asked."""
 
 
 def resource(response_schema: dict[str, Any] | None, result: str | None) -> Resource | None:
     """The operation's resource, from its REST body's schema; None when it answers no
-    resource (no body, or one without an `id`: an agenda, free/busy, stats)."""
+    resource (no body, or one without a key of `KEYS`: an agenda, free/busy, stats)."""
     if response_schema is None or result is None:
         return None
     path = tuple(result.split("."))
     properties = response_schema.get("properties", {})
     if {"data", "has_more", "next_cursor"} <= set(properties):
         items = properties["data"].get("items", {})
-        if "id" in items.get("properties", {}):
-            return Resource((*path, "data"), True, *_fields(items))
-        return None
-    if "id" in properties:
-        return Resource(path, False, *_fields(response_schema))
-    return None
+        key = _key_of(items)
+        return None if key is None else Resource((*path, "data"), True, *_fields(items), key)
+    key = _key_of(response_schema)
+    return None if key is None else Resource(path, False, *_fields(response_schema), key)
+
+
+def _key_of(schema: dict[str, Any]) -> str | None:
+    return next((k for k in KEYS if k in schema.get("properties", {})), None)
 
 
 def _fields(schema: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[str]]:
@@ -94,11 +102,11 @@ def with_local_times(found: Resource, response_schema: dict[str, Any], schema: G
     if not isinstance(gtype, GraphQLObjectType):
         return found
     added = tuple(n for n in LOCAL_TIMES if n in gtype.fields and n not in found.fields)
-    return Resource(found.path, found.page, found.fields + added, found.conditional)
+    return Resource(found.path, found.page, found.fields + added, found.conditional, found.key)
 
 
 def check(found: Resource, fields: Any) -> frozenset[str]:
-    """The fields asked for (`id` always among them), or `invalid_field`."""
+    """The fields asked for (the resource's key always among them), or `invalid_field`."""
     valid = ", ".join(found.fields)
     if not isinstance(fields, list) or not fields or \
             not all(isinstance(f, str) for f in fields):
@@ -109,7 +117,7 @@ def check(found: Resource, fields: Any) -> frozenset[str]:
         raise ApiError("invalid_field", f"Unknown field{'s' if len(unknown) > 1 else ''} "
                        f"{', '.join(unknown)} in `fields`; the resource's fields are: {valid}.",
                        param="fields", details={"value": unknown[0]})
-    return frozenset({*fields, "id"})
+    return frozenset({*fields, found.key})
 
 
 class Narrowed:

@@ -1,7 +1,8 @@
 """The `data` of a webhook message: the resource as REST shows it to the
 profile's owner, read inside the transaction of the change.
 
-An event is the registry's own `getEvent`, run as the owner. An RSVP has no REST
+An event is the registry's own `getEvent`, run as the owner, and an occurrence its
+`getEventOccurrence` (docs/occurrences.md). An RSVP has no REST
 read of its own; its document selects the fragment every RSVP operation returns.
 Both run as compiled plans, like any registry call.
 """
@@ -37,7 +38,8 @@ def _rsvp_plan(schema: GraphQLSchema) -> Plan:
 def renderer(services: Services, schema: GraphQLSchema) -> Render:
     """Checks its documents now, so a broken one stops the start."""
     rsvp_plan = _rsvp_plan(schema)
-    get_event = registry.OPERATIONS["getEvent"]
+    reads = {"event": registry.OPERATIONS["getEvent"],
+             "occurrence": registry.OPERATIONS["getEventOccurrence"]}
 
     async def render(tx: Tx, owner_user_id: str, kind: Kind, variables: dict[str, str]
                      ) -> dict[str, Any]:
@@ -47,9 +49,9 @@ def renderer(services: Services, schema: GraphQLSchema) -> Render:
                       Viewer(user_id=owner_user_id, consumer="webhooks", email="",
                              timezone=None),
                       request_id="webhook")
-        if kind == "event":
-            body, _ = await registry.run(
-                get_event, registry.bind(get_event, variables, {}, None), ctx)
+        read = reads.get(kind)
+        if read is not None:
+            body, _ = await registry.run(read, registry.bind(read, variables, {}, None), ctx)
             return cast(dict[str, Any], body)
         data = await registry.execute(rsvp_plan, "webhookRsvp", variables, ctx)
         return cast(dict[str, Any], data["event_rsvp"])

@@ -15,13 +15,17 @@ follows the public documentation of the parts Kalends uses:
   `recurringEventId` and `originalStartTime`.
 - `POST /calendars/{id}/events` (a client-supplied `id` must be unused: `409`),
   `PUT`/`DELETE /calendars/{id}/events/{eventId}` with `If-Match` (`412`);
-  every write gives a new `etag`.
+  every write gives a new `etag`. A `PUT` to an instance of a recurring event, by the
+  id `events.instances` gives it (`<eventId>_<original start: YYYYMMDDTHHMMSSZ, or
+  YYYYMMDD all-day>`), changes that instance: an event of its own with
+  `recurringEventId` and `originalStartTime`, as sync lists it.
 - Rate limits: `403` with reason `rateLimitExceeded`, or `429`, with `Retry-After`.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +33,7 @@ from typing import Any
 from aiohttp import web
 
 PAGE = 3
+_INSTANCE = re.compile(r"(.+)_([0-9]{8}(?:T[0-9]{6}Z)?)")
 
 
 @dataclass
@@ -156,9 +161,11 @@ def app(state: GoogleState) -> web.Application:
     async def update(request: web.Request) -> web.Response:
         cal, event_id = request.match_info["cal"], request.match_info["event"]
         current = state.events[cal].get(event_id)
-        if current is None:
+        instance = _INSTANCE.fullmatch(event_id)
+        if current is None and (instance is None or instance[1] not in state.events[cal]):
             return _error(404, "notFound")
-        if request.headers.get("If-Match", current["etag"]) != current["etag"]:
+        if current is not None and \
+                request.headers.get("If-Match", current["etag"]) != current["etag"]:
             return _error(412, "conditionNotMet")
         body = await request.json()
         return web.json_response(state.put(cal, {**body, "id": event_id}))
