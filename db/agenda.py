@@ -35,16 +35,32 @@ def _kinds(columns: str, first: int, ids: str | None = None) -> str:
     if ids is None:
         ids, first = f"${first}::text[]", first + 1
     start, end, first_day, end_day = (f"${first + k}" for k in range(4))
+    # A series is read when its own range meets the window, or when one of its
+    # source's occurrences was moved into the window from outside that range (before
+    # the series starts, after it ends): migration 0028's indexes of moved occurrences.
+    in_range = f"""coalesce(ce.recurrence_end, 'infinity'::timestamptz) >= {start}
+          AND CASE WHEN ce.is_all_day THEN ce.start_date < {end_day}
+                   ELSE ce.start_time < {end} END"""
+    moved_into = f"""
+        SELECT o.event_id FROM event_occurrences o
+        WHERE o.start_time IS NOT NULL
+          AND tstzrange(o.start_time, coalesce(o.end_time, o.start_time), '[]')
+              && tstzrange({start}, {end}, '[)')
+        UNION ALL
+        SELECT o.event_id FROM event_occurrences o
+        WHERE o.start_date IS NOT NULL
+          AND daterange(o.start_date, o.end_date) && daterange({first_day}, {end_day})"""
     chosen = f"""
         SELECT ce.id, ce.calendar_id, {columns}
         FROM calendar_events ce WHERE ce.calendar_id = ANY({ids})
           AND ce.status <> 'cancelled'"""
     return f"""
         {chosen}
-          AND ce.recurrence_rule IS NOT NULL
-          AND coalesce(ce.recurrence_end, 'infinity'::timestamptz) >= {start}
-          AND CASE WHEN ce.is_all_day THEN ce.start_date < {end_day}
-                   ELSE ce.start_time < {end} END
+          AND ce.recurrence_rule IS NOT NULL AND {in_range}
+        UNION ALL
+        {chosen}
+          AND ce.recurrence_rule IS NOT NULL AND NOT ({in_range})
+          AND ce.source_event_id IN ({moved_into})
         UNION ALL
         {chosen}
           AND ce.recurrence_rule IS NULL AND NOT ce.is_all_day

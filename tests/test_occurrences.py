@@ -440,6 +440,36 @@ async def test_agenda_copies_and_free_busy_show_moved_and_no_cancelled(
     assert _z(start) in starts and _z(moved) not in starts
 
 
+async def test_an_occurrence_moved_outside_its_series_range_is_read_where_it_lies(
+        api: Api, user: User) -> None:
+    """A series of three Mondays whose first occurrence moves to the Friday before it
+    starts and whose last moves past its end: windows that meet neither the series'
+    first start nor its last end still show them (the agenda reads the series by its
+    moved occurrences too), and so does free/busy."""
+    profile = await new_profile(api, user)
+    start = _monday(2)
+    event = await _weekly(api, user, profile, start, recurrence_rule="FREQ=WEEKLY;COUNT=3")
+    await _subscribed(api, user, profile, start, 3)
+    earlier, later = start - timedelta(days=3), start + timedelta(weeks=2, days=10)
+    for slot, moved in ((start, earlier), (start + timedelta(weeks=2), later)):
+        status, body, _ = await api.patch(_path(event, slot), user, json={
+            "start_time": moved.strftime("%Y-%m-%dT%H:%M"), "start_timezone": "UTC",
+            "end_time": (moved + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+            "end_timezone": "UTC"})
+        assert status == 200, body
+    for moved, slot in ((earlier, start), (later, start + timedelta(weeks=2))):
+        status, body, _ = await api.get("/v1/agenda", user, params={
+            "date": f"{moved:%Y-%m-%d}", "days": "1", "timezone": "UTC"})
+        assert status == 200, body
+        assert [(i["start"], i["occurrence_id"].split(":")[1]) for i in body["items"]] == [
+            (_z(moved), _slot(slot))]
+        status, busy, _ = await api.get("/v1/free-busy", user, params={
+            "start": _z(moved - timedelta(hours=9)), "end": _z(moved + timedelta(hours=9))})
+        assert status == 200, busy
+        assert busy["people"][0]["busy"] == [
+            {"start": _z(moved), "end": _z(moved + timedelta(hours=1)), "status": "busy"}]
+
+
 SUMMARY = """query($id: ID!, $from: String!, $to: String!, $status: String) {
   profile(profile_id: $id) {
     rsvp_summary(from: $from, to: $to, bucket: "week", timezone: "UTC", status: $status) {
