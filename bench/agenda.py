@@ -11,13 +11,13 @@ events around today, then, in SQL as the subscription sync writes them (no serie
 end stored), `--copies` long-running weekly subscription copies (open-ended, begun
 one to five years ago) and `--ended` weekly copies whose series ended one to three
 years ago (UNTIL or COUNT), and stores their series' ends as the service would
-(`kalends.agenda.settle_recurrence_ends`, when the checkout has it). Then
+(`domain.agenda.settle_recurrence_ends`, when the checkout has it). Then
 measures, after a warm-up, with a fixed number of concurrent clients:
 `GET /v1/agenda?days=31`, the same with `detail=full`, and `GET /v1/agenda?days=7`.
 Prints requests/s and latency percentiles, then the 31-day agenda's floor, in
 this process, one call at a time (medians): the statement's execution time from
 EXPLAIN ANALYZE and the rows it reads, the statement fetched through asyncpg, and
-the expansion and sorting of what it returns (`kalends.agenda.merge`); stops the
+the expansion and sorting of what it returns (`domain.agenda.merge`); stops the
 service with SIGTERM and checks that it exited cleanly. Exit status 0 only if
 every measured request answered 200 and the service stopped cleanly. The
 scaffolding is in `harness.py`.
@@ -149,7 +149,7 @@ def _median_ms(samples: list[float]) -> float:
 async def _copies(calendar_id: str, args: argparse.Namespace) -> str:
     """Writes the copies; returns what storing their ends took, in words."""
     from db.database import Database
-    from kalends import agenda
+    from domain import agenda
 
     async with harness.database_url() as dsn:
         db = await Database.connect(dsn, min_size=1, max_size=2)
@@ -173,7 +173,7 @@ async def _floor(calendar_id: str, rounds: int = 50) -> list[str]:
     """The 31-day agenda's parts, measured here one call at a time."""
     from db import agenda as store
     from db.database import Database
-    from kalends import agenda, expansion
+    from domain import agenda, expansion
 
     async with harness.database_url() as dsn:
         db = await Database.connect(dsn, min_size=1, max_size=2)

@@ -129,8 +129,8 @@ def _as_listed_before(listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     output properties out: their schemas compacted without loss (bench/mcp_catalogue.py's
     `lossless`)."""
     import kalends.service.app  # noqa: F401  (registers and prepares every operation)
-    from kalends.registry import OPERATIONS
     from mcp_bridge import schemas, tools
+    from registry import OPERATIONS
 
     out = []
     for tool in listed:
@@ -190,7 +190,7 @@ async def _people(url: str) -> list[dict[str, Any]]:
     """The user and three colleagues in the user's organization, all in Paris, made in the
     database with their keys."""
     from db.database import Database
-    from kalends import accounts
+    from domain import accounts
 
     tag = secrets.token_hex(3)
     async with harness.database_url() as dsn:

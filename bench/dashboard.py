@@ -8,7 +8,7 @@ serve` process, three request kinds measured A B C A B C, one request at a time.
 
 The bench user (made by `kalends admin create-user`) gets `--profiles` profiles through
 `POST /v1/profiles`, in its default organization. The rest is written in the database, in
-bulk, by bench/seed.py's own helpers (`_event_row`: the row `kalends.events.create` stores
+bulk, by bench/seed.py's own helpers (`_event_row`: the row `domain.events.create` stores
 for a request body; `_copy`: COPY in batches; `_settle`: the steps the service runs after
 a bulk write), then VACUUM ANALYZE:
 - each dashboard profile: 3 to 6 one-off events in the 7 days from today (UTC midnight),
@@ -62,7 +62,7 @@ from harness import Result, Scenario
 
 from db import profiles as profile_store
 from db.database import Database
-from kalends import accounts, ids, rsvps
+from domain import accounts, ids, rsvps
 
 WINDOW_DAYS = 7
 SUMMARY_DAYS = 366
@@ -251,7 +251,7 @@ def _event_rows(layout: Layout, summary_profile: str, others: list[str], rows: _
 
 
 def _rsvp(event_id: str, user_id: str, rng: random.Random) -> dict[str, Any]:
-    """A row as `kalends.rsvps.answer` writes it for a `RsvpCreate` body."""
+    """A row as `domain.rsvps.answer` writes it for a `RsvpCreate` body."""
     status = rng.choices(list(RSVP_WEIGHTS), list(RSVP_WEIGHTS.values()))[0]
     answer = rsvps.RsvpCreate.model_validate(
         {"status": status, "num_guests": rng.choice((1, 1, 1, 2, 3))}).model_dump()
@@ -421,9 +421,9 @@ def _describe(kind: Kind, answer: Any) -> str:
 async def counting_app(dsn: str) -> AsyncIterator[tuple[str, Database]]:
     """A second instance of the application on the same database, in this process, jobs
     off: its `Database.query_count` counts what each request runs."""
-    from kalends.service import config
+    from domain import config
     from kalends.service.app import create_app
-    from kalends.service.services import SERVICES
+    from web.services import SERVICES
 
     env = {**harness._SERVICE_ENV, "DATABASE_URL": dsn}
     if "KALENDS_DATA_DIR" in env:  # its key file seals the cursor secret
@@ -460,8 +460,8 @@ async def explain_summary(dsn: str, written: Written, today: date) -> list[str]:
     from scale import _Explaining
 
     from db import events as event_store
+    from domain import dashboard, expansion
     from graph import lists
-    from kalends import dashboard, expansion
 
     first = _midnight(today - timedelta(days=SUMMARY_DAYS // 2))
     r = dashboard.Range(first, first + timedelta(days=SUMMARY_DAYS))

@@ -3,7 +3,7 @@
     python bench/fanout.py [--subscribers 1000] [--rounds 5]
 
 Starts one real `kalends serve` process (its in-process job worker does the
-sync), creates `--subscribers` users (with `kalends.accounts.create_user`,
+sync), creates `--subscribers` users (with `domain.accounts.create_user`,
 straight into the service's database: a thousand `kalends admin` processes
 would take minutes) and subscribes each of them to one profile through
 `POST /v1/subscriptions`, which is measured. Then, `--rounds` times, the

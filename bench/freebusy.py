@@ -51,7 +51,7 @@ async def _people(url: str, session: aiohttp.ClientSession, calendars: int, othe
     `others` users of its organization: (email, API key, default calendar)."""
     from db import calendars as calendar_store
     from db.database import Database
-    from kalends import accounts, ids
+    from domain import accounts, ids
 
     default = (await _get(session, f"{url}/v1/calendars"))["data"][0]["id"]
     organization = (await _get(session, f"{url}/v1/organizations"))["data"][0]["id"]

@@ -24,12 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from db import accounts, events
 from db.database import Database
-from kalends import instance_secrets
-from kalends.auth import hash_key
-from kalends.connected.engine import open_vault
-from kalends.pagination import Cursors
-from kalends.service import config
-from kalends.times import utc_text
+from domain import config, instance_secrets
+from domain.auth import hash_key
+from domain.connected.engine import open_vault
+from domain.pagination import Cursors
+from domain.times import utc_text
 
 DB = web.AppKey("db", Database)
 CURSORS = web.AppKey("cursors", Cursors)

@@ -442,7 +442,7 @@ async def user_keys(dsn: str, count: int, label: str, name: str) -> list[str]:
     """The API keys of `count` new users, made in the database at once (the API would
     take minutes for hundreds): `{label}-{tag}-{i}@example.com`, named `{name} {i}`."""
     from db.database import Database
-    from kalends import accounts
+    from domain import accounts
 
     db = await Database.connect(dsn, min_size=1, max_size=8)
     try:

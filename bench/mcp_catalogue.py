@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import token_count  # bench/token_count.py, beside this script
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
-from kalends.registry import OPERATIONS, Operation
 from mcp_bridge import schemas, tools, toolsets
+from registry import OPERATIONS, Operation
 
 CORE_GOAL = 8_000
 

@@ -65,7 +65,7 @@ async def _call(session: aiohttp.ClientSession, url: str, name: str,
 
 async def _seed(session: aiohttp.ClientSession, url: str, events: int) -> dict[str, Any]:
     from db.database import Database
-    from kalends import accounts
+    from domain import accounts
 
     async with session.get(f"{url}/v1/organizations") as response:
         organization = (await response.json())["data"][0]["id"]

@@ -34,7 +34,7 @@ from harness import Result, Scenario
 # This checkout's code in this process too, whatever the installed package points at.
 sys.path.insert(0, str(harness.REPO))
 
-# The rows of changed occurrences, as kalends/occurrences.py writes them: $1 the
+# The rows of changed occurrences, as domain/occurrences.py writes them: $1 the
 # events, $2 how many each. Slot k of an event is its start plus k periods (its rule,
 # FREQ=WEEKLY or FREQ=DAILY;INTERVAL=3, makes no other), moved half an hour later,
 # retitled; every tenth cancelled.

@@ -48,8 +48,8 @@ import aiohttp
 import harness
 from harness import Result, Scenario
 
-import kalends.operations  # noqa: F401  (registers every operation)
-from kalends.registry import OPERATIONS
+import registry.operations  # noqa: F401  (registers every operation)
+from registry import OPERATIONS
 
 HANDWRITTEN = Path(__file__).resolve().parent / "handwritten.py"
 

@@ -30,7 +30,7 @@ from harness import Result, Scenario
 sys.path.insert(0, str(harness.REPO))
 
 from db import accounts, embedded, ratelimits
-from kalends.auth import hash_key
+from domain.auth import hash_key
 
 UNLIMITED = {"KALENDS_RATE_LIMIT": "off", "KALENDS_RATE_LIMIT_ANONYMOUS": "off"}
 # Charged on every request, never refused: the limiter's full cost, none of its effect.

@@ -1,4 +1,4 @@
-"""How long `kalends.recurrence.check` and `occurrences` take.
+"""How long `domain.recurrence.check` and `occurrences` take.
 
     python bench/recurrence.py [--runs 7]
 
@@ -26,8 +26,8 @@ from zoneinfo import ZoneInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kalends import recurrence
-from kalends.errors import ApiError
+from core.errors import ApiError
+from domain import recurrence
 
 TZ = ZoneInfo("America/New_York")
 START = datetime(2026, 1, 1, 9, 0)  # a Thursday

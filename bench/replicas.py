@@ -66,7 +66,7 @@ from replica import replica_of
 async def _people(dsn: str, count: int) -> list[dict[str, str]]:
     """`count` users in one organization, each with two keys."""
     from db.database import Database
-    from kalends import accounts
+    from domain import accounts
 
     db = await Database.connect(dsn, min_size=1, max_size=4)
     try:

@@ -329,7 +329,7 @@ async def trim_to_window(dsn: str) -> str:
     agenda must read, expand and build to give the same answer. Which rows meet the window
     is decided by this checkout's own functions: the agenda's statements
     (`db.agenda.events`, `db.connected.agenda_events`) and their expansion
-    (`kalends.agenda.spans`; `kalends.connected.occurrences.expand`, one event's components
+    (`domain.agenda.spans`; `domain.connected.occurrences.expand`, one event's components
     at a time, since overrides and their master go together); a row whose expansion fails is
     kept (it makes the answer incomplete). Rows that meet the window but fall past the
     answer's MAX_ITEMS cut are kept too: they are why the answer says `complete: false`.
@@ -337,7 +337,7 @@ async def trim_to_window(dsn: str) -> str:
     from db import agenda as store
     from db import connected as connected_store
     from db.database import Database
-    from kalends import agenda, expansion
+    from domain import agenda, expansion
 
     db = await Database.connect(dsn, min_size=1, max_size=2)
     try:
@@ -715,10 +715,10 @@ async def _api(target: Target, method: str, path: str, body: object) -> dict[str
 async def check(target: Target) -> list[str]:
     """An event, its subscription copy and an RSVP made through the API, compared with seeded
     rows of the same kind: the same columns, null where they are null, the same formats, and
-    slugs as kalends.events.slugify derives them."""
+    slugs as domain.events.slugify derives them."""
     from zoneinfo import available_timezones
 
-    from kalends import events, times
+    from domain import events, times
 
     zones = set(available_timezones())
     day = datetime.now(UTC).date() + timedelta(days=3)
@@ -829,8 +829,8 @@ async def explain(target: Target, search_too: bool = True) -> list[str]:
     BUFFERS), on the second call (the first warms the cache)."""
     from db import search as search_store
     from db.database import Database
-    from kalends import agenda, expansion, search
-    from kalends.auth import Viewer
+    from domain import agenda, expansion, search
+    from domain.auth import Viewer
 
     db = await Database.connect(target.dsn, min_size=1, max_size=2)
     lines = [f"EXPLAIN (ANALYZE, BUFFERS) of {target.label}'s statements:"]

@@ -5,44 +5,44 @@ baseline checkout seeds its own schema with its own functions).
     python bench/seed.py --dsn postgresql://... --size 100000
 
 What it writes, the same at every size but for the number of events:
-- users through `kalends.accounts.create_user` (each with its organization, personal calendar,
+- users through `domain.accounts.create_user` (each with its organization, personal calendar,
   consumer and key, as `kalends admin create-user` makes them): the bench user (BENCH_EMAIL),
   OWNERS profile owners and ATTENDEES attendees;
 - PROFILES profiles through `db.profiles.insert`: profile 0 is the bench user's, profiles 1 to
   SUBSCRIBED are public ones the bench user subscribes to, one in PRIVATE_EVERY is private;
 - `size` events, event i in profile i mod PROFILES (about 950 a profile at 1M), by COPY. Each
-  row is what `kalends.events.create` stores for the request body `_event_body` builds: the
-  fields as sent, the time columns of `kalends.times.create_columns`, the slug of
-  `kalends.events.slugify` with the first free suffix, an id of `kalends.ids.new_id`. Columns
+  row is what `domain.events.create` stores for the request body `_event_body` builds: the
+  fields as sent, the time columns of `domain.times.create_columns`, the slug of
+  `domain.events.slugify` with the first free suffix, an id of `domain.ids.new_id`. Columns
   the body does not set (status, sequence, RSVP settings, generated search columns, created_at)
   come from the table's own defaults, triggers and generated expressions, as for an INSERT.
   Starts spread over YEARS_BEFORE years before today to YEARS_AFTER after it; one in
   RECURRING_EVERY weekly recurring (open, COUNT or UNTIL); titles and descriptions of filler
   words (a Zipf-like vocabulary), COMMON_WORD in the title of one event in COMMON_EVERY,
   RARE_WORD in RARE_COUNT events;
-- RSVPs on one event in RSVP_EVERY (1 to 4 attendees), rows as `kalends.rsvps.answer` writes
+- RSVPs on one event in RSVP_EVERY (1 to 4 attendees), rows as `domain.rsvps.answer` writes
   them for a `RsvpCreate` body, by COPY;
 - the bench user's subscriptions to profiles 1 to SUBSCRIBED through
   `db.subscriptions.insert_new`, each then synced by the sync job's own handler
-  (`kalends.sync.run_sync`), which writes the copies into the user's calendar as the service
+  (`domain.sync.run_sync`), which writes the copies into the user's calendar as the service
   does (and whatever it derives for them, e.g. the series ends of migration 0017);
 - a connected calendar of the bench user (`_connect`): CONNECTED_EVENTS CalDAV events,
   CONNECTED_RECURRING of them weekly, and its history: one past event every 2 hours for one
   in HISTORY_EVERY of `size` (500 at 10k, 50,000 at 1M, about 11 years), so that what the
   agenda reads of it can be seen not to grow; the iCalendar text of `connected_event` parsed by
-  `kalends.connected.ical.parse` and stored by the sync's own row builder and store
+  `domain.connected.ical.parse` and stored by the sync's own row builder and store
   (`engine.event_rows`, `db.connected.put_events`), as a CalDAV sync stores them. It is not
   selected, so the default agenda is unchanged; bench/scale.py names it in `calendar_ids`;
 - then every settle step the checkout has (`SETTLE_STEPS`), ANALYZE, and the steps that
   follow it (`ANALYZED_STEPS`).
 
-Ids are those of `kalends.ids.new_id`, made reproducible by drawing the uuid4 it calls from a
+Ids are those of `domain.ids.new_id`, made reproducible by drawing the uuid4 it calls from a
 seeded generator: the same size gives the same ids in every database, so a baseline's
 database answers the same URLs.
 
 A column a later migration adds is seeded the way the service fills it: a default, trigger or
 generated column fills itself during COPY; a value the service computes in Python on write
-(as `kalends.events.create` does for slugs) goes into `_event_row` through the product's
+(as `domain.events.create` does for slugs) goes into `_event_row` through the product's
 function, only when the column exists (COPY writes the columns of a row that the table has);
 a value a job or a settle function fills afterwards goes into SETTLE_STEPS.
 """
@@ -68,9 +68,9 @@ from db import connected as connected_store
 from db import profiles as profile_store
 from db import subscriptions as subscription_store
 from db.database import Database
-from kalends import accounts, events, ids, rsvps, sync, times
-from kalends.connected import engine, ical
-from kalends.connected.provider import RemoteCalendar, RemoteEvent
+from domain import accounts, events, ids, rsvps, sync, times
+from domain.connected import engine, ical
+from domain.connected.provider import RemoteCalendar, RemoteEvent
 
 PROFILES = 1050
 OWNERS = 50
@@ -100,7 +100,7 @@ CONNECTED_EVENTS = 5000
 CONNECTED_RECURRING = 500
 CONNECTED_ZONES = ("Europe/Paris", "America/New_York", "Asia/Tokyo")
 HISTORY_EVERY = 20
-SETTLE_STEPS = (("kalends.agenda", "settle_recurrence_ends"),)
+SETTLE_STEPS = (("domain.agenda", "settle_recurrence_ends"),)
 """(module, function(db)) run once everything is written, when the checkout has them: what
 the service fills after a write rather than in it."""
 ANALYZED_STEPS = (("db.search", "refresh_words"),)
@@ -197,11 +197,11 @@ def _event_body(i: int, rng: random.Random, words: _Words, today: date,
 _AS_SENT: Sequence[str] = getattr(events, "_AS_SENT", (
     "title", "description", "location", "image_url", "is_private", "require_rsvp",
     "require_payment", "transparency"))
-"""The fields `kalends.events.create` stores as sent."""
+"""The fields `domain.events.create` stores as sent."""
 
 
 def _event_row(body: dict[str, Any], profile_id: str, taken: set[str]) -> dict[str, Any]:
-    """What `kalends.events.create` inserts for `body` with a derived slug; `taken` is the
+    """What `domain.events.create` inserts for `body` with a derived slug; `taken` is the
     profile's slugs so far, lower-cased (the first free suffix is taken, as there)."""
     values: dict[str, Any] = {k: body[k] for k in _AS_SENT if k in body}
     values.update(times.create_columns(body, fill_end_timezone=True))
@@ -299,7 +299,7 @@ def _rsvp_rows(event_ids: list[str], attendees: list[str], seed: str
 
 
 async def _subscribe(db: Database, user_id: str, profile_ids: list[str]) -> None:
-    """As `kalends.subscriptions.subscribe`, then its sync job, run here."""
+    """As `domain.subscriptions.subscribe`, then its sync job, run here."""
     for profile_id in profile_ids[1:SUBSCRIBED + 1]:
         subscription_id = ids.new_id("sub")
         async with db.transaction() as tx:

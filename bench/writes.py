@@ -9,7 +9,7 @@ requests, then `--requests` measured ones, from that many clients):
 (a) `POST /v1/profiles/{id}/events`: one user creates events on a profile of its own (no
     subscribers), each a new one-off event.
 (b) `POST /v1/events/{id}/rsvps`: `--users` users (made in the database with
-    `kalends.accounts.create_user`, as bench/fanout.py does) answer 50 public events of
+    `domain.accounts.create_user`, as bench/fanout.py does) answer 50 public events of
     another profile, each request a new (user, event) pair (request i: event i mod 50), so
     every one answers 201; then, at the highest level only, each user answers one more
     event, all the same one (a popular event: every answer locks the event's row).

@@ -185,7 +185,7 @@ _REVOKE_BY_ID = _REVOKE.format(column="id")
 
 async def revoke_key(db: Database | Tx, key_hash: bytes) -> asyncpg.Record | None:
     """Revoke the key and, in the same statement (so only if and when it commits),
-    tell every process: their sockets opened with the key close (graph/ws.py).
+    tell every process: their sockets opened with the key close (graph_bridge/ws.py).
     Its `key_id` and `revoked_at` (as before, if it was revoked already); None if
     there is no such key."""
     return await db.fetchrow(_REVOKE_BY_HASH, key_hash, KEYS_CHANNEL)
@@ -196,7 +196,7 @@ async def revoke_key_id(db: Database | Tx, key_id: str) -> asyncpg.Record | None
     return await db.fetchrow(_REVOKE_BY_ID, key_id, KEYS_CHANNEL)
 
 
-# -- live sockets per key (graph/ws.py, migration 0024) ------------------------------
+# -- live sockets per key (graph_bridge/ws.py, migration 0024) ------------------------------
 
 LIVE_LOCK = 0x4B4C5753
 """The first half of a serve process's advisory lock (the second: its instance)."""

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from core.errors import AdminError
 from db import embedded
-from kalends.errors import AdminError
 
 # Seconds a tool may take: generous, a backup of a large database is slow.
 _TIMEOUT = 3600

@@ -47,7 +47,7 @@ recurring event is its one stored row."""
 
 
 # Derived by the domain from the written columns, never sent by a client: when a
-# recurring event's last occurrence ends (kalends.agenda.series_end; None there is
+# recurring event's last occurrence ends (domain.agenda.series_end; None there is
 # "never", stored as infinity; NULL here is "not known yet", see migration 0017).
 _DERIVED = ("recurrence_end",)
 # asyncpg writes the naive datetime.max as timestamptz 'infinity'.

@@ -1,4 +1,4 @@
-"""Changes announced as they commit (kalends/notify/changes.py): the notifications,
+"""Changes announced as they commit (domain/notify/changes.py): the notifications,
 the listening connection, and what deleted events were."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from kalends.errors import ApiError
+from core.errors import ApiError
 
 log = logging.getLogger("kalends.db")
 

@@ -278,7 +278,7 @@ _ICAL = """
     e.transparency, e.sequence, e.created_at, e.updated_at, e.cancellation_reason,
     e.allow_notifications
 """
-"""What an iCalendar VEVENT shows of an event (kalends/notify/feeds.py)."""
+"""What an iCalendar VEVENT shows of an event (domain/notify/feeds.py)."""
 
 
 async def feed(db: Database, profile_id: str) -> list[asyncpg.Record]:

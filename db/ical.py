@@ -1,4 +1,4 @@
-"""What the iCalendar writers (kalends/notify/, kalends/connected/) read and record
+"""What the iCalendar writers (domain/notify/, domain/connected/) read and record
 about single occurrences, beside db/events.py (the events) and db/occurrences.py
 (their rows): a feed's occurrences version, attendee e-mail sent per occurrence, and
 the overrides written with each pushed copy (migration 0029)."""

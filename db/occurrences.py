@@ -1,7 +1,7 @@
 """Occurrences of recurring events changed or cancelled on their own
 (docs/occurrences.md): one row per occurrence that differs from what its event's
 rule makes of it, keyed by (event_id, slot). The domain decides what a row
-holds (kalends/occurrences.py); readers apply rows in kalends/expansion.py."""
+holds (domain/occurrences.py); readers apply rows in domain/expansion.py."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ COLUMNS = """
     o.sequence, o.created_at, o.updated_at
 """
 
-# What readers apply (kalends/expansion.py), no more: an agenda reads hundreds.
+# What readers apply (domain/expansion.py), no more: an agenda reads hundreds.
 _APPLIED = """
     o.event_id, o.slot, o.original_start, o.status, o.changes, o.start_time, o.end_time,
     o.start_timezone, o.end_timezone, o.start_date, o.end_date

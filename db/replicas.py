@@ -3,7 +3,7 @@
 `Reads` holds a pool per replica and a background check of each one: reachable or
 not, how far it has replayed (`pg_last_wal_replay_lsn()`), and how far behind the
 primary it is in seconds. A request that only reads asks `choose(written)` for a
-database once, where its kind is known (kalends/web/reads.py): a replica in use (up,
+database once, where its kind is known (domain/reads.py): a replica in use (up,
 and no more than `max_lag` behind) that has replayed past `written` (the end of the
 user's last write), else the primary. Nothing fails when a replica does: it is skipped
 until a check finds it well again. A server that is not in recovery, or is a replica of
@@ -32,8 +32,8 @@ from typing import Any
 
 import asyncpg
 
+from core.errors import ApiError
 from db.database import Database, Tx
-from kalends.errors import ApiError
 
 log = logging.getLogger("kalends.replicas")
 

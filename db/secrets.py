@@ -1,5 +1,5 @@
 """The `instance_secrets` table: per-deployment secrets, stored sealed
-(kalends/instance_secrets.py seals and opens them)."""
+(domain/instance_secrets.py seals and opens them)."""
 
 from __future__ import annotations
 

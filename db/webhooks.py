@@ -142,7 +142,7 @@ async def add_message(tx: Tx, message_id: str, profile_id: str, event_type: str,
 
 
 # ---------------------------------------------------------------------------
-# Delivery (kalends/notify/webhook_delivery.py)
+# Delivery (domain/notify/webhook_delivery.py)
 
 
 _ENDPOINT = """

@@ -1,4 +1,4 @@
-"""The agenda's types and resolver; everything it decides is in `kalends.agenda`."""
+"""The agenda's types and resolver; everything it decides is in `domain.agenda`."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import datetime as dt
 
 import strawberry
 
+from domain import agenda as domain
 from graph.context import Context
 from graph.scalars import Timestamp
 from graph.types import Event
-from kalends import agenda as domain
 
 Info = strawberry.Info[Context, None]
 

@@ -1,4 +1,4 @@
-"""Calendar and calendar-event resolvers; the rules are in `kalends.calendars`."""
+"""Calendar and calendar-event resolvers; the rules are in `domain.calendars`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import strawberry
 
 from db import calendar_events as event_store
 from db import calendars as store
+from domain import calendars as domain
+from domain import ids
 from graph import lists
 from graph.context import Context
 from graph.dataloaders import reload
@@ -16,8 +18,6 @@ from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.scalars import Timestamp
 from graph.types import LOCAL_END, LOCAL_START, Page, on_its_clock
-from kalends import calendars as domain
-from kalends import ids
 
 CalendarEventCreateInput = input_type(domain.CalendarEventCreate, "CalendarEventCreateInput")
 CalendarEventUpdateInput = input_type(domain.CalendarEventUpdate, "CalendarEventUpdateInput")

@@ -1,5 +1,5 @@
 """The caller's context (`context`, REST `GET /v1/context`, MCP `getContext`); the
-rules are in `kalends.context`."""
+rules are in `domain.context`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import datetime as dt
 import asyncpg
 import strawberry
 
+from domain import context as domain
 from graph.context import Context
 from graph.scalars import Timestamp
-from kalends import context as domain
 
 Info = strawberry.Info[Context, None]
 
@@ -90,13 +90,8 @@ class CallerContext:
         "The MCP toolsets, `core` first, each with its tool count."))
 
 
-def _toolsets() -> list[Toolset]:
-    # The registry's, read when asked: the registry imports this schema.
-    from kalends.registry import OPERATIONS
-    from kalends.registry.toolsets import toolsets
-
-    return [Toolset(name=name, tool_count=len(ops))
-            for name, ops in toolsets(OPERATIONS.values()).items()]
+def _toolsets(ctx: Context) -> list[Toolset]:
+    return [Toolset(name=name, tool_count=count) for name, count in ctx.services.toolsets]
 
 
 @strawberry.type
@@ -117,5 +112,5 @@ class CallerQueries:
             calendars=FirstCalendars(
                 data=[ContextCalendar.from_row(r) for r in found.calendars],
                 has_more=found.more_calendars),
-            toolsets=_toolsets(),
+            toolsets=_toolsets(ctx),
         )

@@ -26,9 +26,9 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import asyncpg
 
 from db.nested import Listing
+from domain.pagination import COUNT_CAP, check_limit
 from graph.context import Context
 from graph.types import Count, Page
-from kalends.pagination import COUNT_CAP, check_limit
 
 S = TypeVar("S", bound=Hashable)
 T = TypeVar("T")

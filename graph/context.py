@@ -8,13 +8,12 @@ from datetime import timedelta
 
 from db.database import Database
 from db.replicas import Reads
+from domain import expansion, reads
+from domain.auth import Viewer
+from domain.connected.vault import Vault
+from domain.notify.webhooks import Render
+from domain.pagination import Cursors
 from graph.dataloaders import Loaders
-from kalends import expansion
-from kalends.auth import Viewer
-from kalends.connected.vault import Vault
-from kalends.notify.webhooks import Render
-from kalends.pagination import Cursors
-from kalends.web import reads
 
 
 @dataclass(frozen=True)
@@ -29,9 +28,12 @@ class Services:
     """Seals webhook secrets (and connected accounts')."""
     webhook_allow_http: bool = False
     webhook_render: Render | None = None
-    """Renders webhook payloads (kalends/registry/payloads.py); set once built."""
+    """Renders webhook payloads (registry/payloads.py); set once built."""
     reads: Reads | None = None
     """Read replicas (db/replicas.py); None: everything on `db`."""
+    toolsets: tuple[tuple[str, int], ...] = ()
+    """The MCP toolsets and their tool counts, `core` first (registry/toolsets.py): the
+    registry stands above this schema, so the app gives them when it starts."""
 
 
 @dataclass
@@ -57,7 +59,7 @@ class Context:
 
     @property
     def render(self) -> Render:
-        """What a write passes to `kalends.notify.webhooks.record`."""
+        """What a write passes to `domain.notify.webhooks.record`."""
         assert self.services.webhook_render is not None, "built by create_app"
         return self.services.webhook_render
 

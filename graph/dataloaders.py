@@ -17,7 +17,7 @@ from strawberry.dataloader import DataLoader
 
 from db import calendar_events, calendars, events, profiles, rsvps, series, subscriptions
 from db.database import Database
-from kalends.auth import Viewer
+from domain.auth import Viewer
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

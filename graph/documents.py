@@ -38,6 +38,7 @@ from graphql import (
 )
 from graphql.pyutils import is_awaitable
 
+from domain import cpu
 from graph.limits import QueryLimits
 from graph.plan import (
     MAX_FORMS,
@@ -47,7 +48,6 @@ from graph.plan import (
     compile_operation,
     directive_variables,
 )
-from kalends import cpu
 
 MAX_ENTRIES = 1000
 MAX_BYTES = 64 * 1024 * 1024
@@ -187,7 +187,7 @@ class Documents:
 
 
 DOCUMENTS = web.AppKey("graphql_documents", Documents)
-"""The process's documents, for POST, GET and WebSocket alike (set by graph/http.py)."""
+"""The process's documents, for POST, GET and WebSocket alike (set by graph_bridge/http.py)."""
 
 
 async def run(schema: GraphQLSchema, document: Document, context: Any,

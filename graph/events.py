@@ -1,4 +1,4 @@
-"""Event resolvers: load through the per-request loaders, decide in `kalends.events`."""
+"""Event resolvers: load through the per-request loaders, decide in `domain.events`."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import asyncpg
 import strawberry
 
 from db import events as store
+from domain import events as domain
+from domain import ids
+from domain import profiles as profile_rules
 from graph import lists
 from graph.context import Context
 from graph.dataloaders import reload
 from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.types import Event, Page
-from kalends import events as domain
-from kalends import ids
-from kalends import profiles as profile_rules
 
 EventCreateInput = input_type(domain.EventCreate, "EventCreateInput")
 ProfileEventCreateInput = input_type(domain.ProfileEventCreate, "ProfileEventCreateInput")

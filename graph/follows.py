@@ -1,4 +1,4 @@
-"""Follow resolvers; the rules are in `kalends.follows`."""
+"""Follow resolvers; the rules are in `domain.follows`."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import asyncpg
 import strawberry
 
 from db import follows as store
+from domain import follows as domain
+from domain import ids
 from graph.context import Context
 from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.scalars import Timestamp
 from graph.types import Page
-from kalends import follows as domain
-from kalends import ids
 
 FollowCreateInput = input_type(domain.FollowCreate, "FollowCreateInput")
 

@@ -1,4 +1,4 @@
-"""Free/busy and meeting times: types and resolvers; the rules are in `kalends.freebusy`."""
+"""Free/busy and meeting times: types and resolvers; the rules are in `domain.freebusy`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any
 
 import strawberry
 
+from domain import agenda
+from domain import freebusy as domain
+from domain.validation import validate
 from graph.agenda import AgendaSource, AgendaWarning
 from graph.context import Context
 from graph.scalars import Timestamp
-from kalends import agenda
-from kalends import freebusy as domain
-from kalends.validation import validate
 
 Info = strawberry.Info[Context, None]
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar, Union
 import strawberry
 from pydantic import BaseModel
 
-from kalends.validation import validate
+from domain.validation import validate
 
 M = TypeVar("M", bound=BaseModel)
 

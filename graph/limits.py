@@ -28,8 +28,8 @@ from graphql import (
 )
 from strawberry.extensions import AddValidationRules
 
-from kalends import dashboard, expansion
-from kalends.pagination import MAX_LIMIT
+from domain import dashboard, expansion
+from domain.pagination import MAX_LIMIT
 
 # The deepest registry document is 5 levels (agenda items' profile); the standard
 # introspection query (`... ofType { ofType ... } }`) reaches about 12.
@@ -48,7 +48,7 @@ MAX_COST = 2000
 # events it may read, times the limits of the lists above them. Most windows hold
 # far fewer occurrences than a field's largest size (a weekly event has one in a
 # week), so this is looser than the request's expansion budget, which bounds the
-# work actually done (kalends/expansion.py: exact or `expansion_limit`).
+# work actually done (domain/expansion.py: exact or `expansion_limit`).
 MAX_EXPANSION = 25 * expansion.MAX_OCCURRENCES
 
 SIZES: dict[tuple[str, str], int] = {

@@ -1,7 +1,7 @@
 """The dashboard graph's fields (docs/graphql.md, "The dashboard graph"): the lists under each
 object, an event's occurrences and a profile's RSVP summary. Each list has the visibility of
 the REST read that lists the same things; the rules are the ones those reads
-use, and what is new is decided in `kalends.dashboard`."""
+use, and what is new is decided in `domain.dashboard`."""
 
 from __future__ import annotations
 
@@ -14,20 +14,20 @@ from zoneinfo import ZoneInfo
 
 import asyncpg
 
+from core.errors import ApiError, forbidden
 from db import calendar_events, follows, profiles, rsvps, series
 from db import events as event_store
 from db.nested import Listing
+from domain import agenda, dashboard, expansion, ids
+from domain import follows as follow_rules
+from domain import occurrences as occurrence_rules
+from domain import profiles as profile_rules
+from domain import rsvps as rsvp_rules
+from domain.pagination import COUNT_CAP
 from graph.connections import Connection
 from graph.context import Context
 from graph.scalars import Timestamp
 from graph.types import Event, EventOccurrence, Page, Profile, Rsvp, RsvpBucket, Series
-from kalends import agenda, dashboard, expansion, ids
-from kalends import follows as follow_rules
-from kalends import occurrences as occurrence_rules
-from kalends import profiles as profile_rules
-from kalends import rsvps as rsvp_rules
-from kalends.errors import ApiError, forbidden
-from kalends.pagination import COUNT_CAP
 
 _ALL = "*"
 """The parent of the one list that has none (`Query.events` with filters)."""
@@ -283,7 +283,7 @@ def _expand_each(asks: Sequence[_Occurrences], budget: expansion.Budget,
 
 
 def _occurrence(s: expansion.Span, event: asyncpg.Record, tz: ZoneInfo) -> EventOccurrence:
-    """The occurrence as it stands (`kalends.occurrences`), with where it lies on the
+    """The occurrence as it stands (`domain.occurrences`), with where it lies on the
     asked zone's clock (`start`, `local_start`); its own local times are on its zones."""
     made: EventOccurrence = EventOccurrence.of(occurrence_rules.describe(event, s))
     made.start, made.end = Timestamp(s.start), Timestamp(s.end) if s.end is not None else None

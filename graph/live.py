@@ -1,6 +1,6 @@
 """GraphQL subscriptions (docs/graphql.md, "Dashboards: `/graphql`"): a profile's event changes
-and an event's RSVP stats, as they commit in any process (kalends/notify/changes.py); served
-over WebSocket by graph/ws.py.
+and an event's RSVP stats, as they commit in any process (domain/notify/changes.py); served
+over WebSocket by graph_bridge/ws.py.
 
 Who may subscribe is who may read. `event_changes` is for those who administer the
 profile, as its webhook endpoints are (a member of its organization is refused
@@ -23,18 +23,18 @@ from dataclasses import dataclass, field
 import asyncpg
 import strawberry
 
+from core.errors import ApiError, not_found
 from db import changes as change_store
 from db import events as event_store
 from db import rsvps as rsvp_store
 from db.database import Database
+from domain import ids
+from domain import profiles as profile_rules
+from domain.notify.changes import Change, Feed, Watch
 from graph import occurrences
 from graph.context import Context
 from graph.dataloaders import Loaders
 from graph.types import Event, Occurrence, RsvpStats
-from kalends import ids
-from kalends import profiles as profile_rules
-from kalends.errors import ApiError, not_found
-from kalends.notify.changes import Change, Feed, Watch
 
 
 @dataclass

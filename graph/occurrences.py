@@ -1,5 +1,5 @@
 """Occurrence resolvers (docs/occurrences.md): load through the per-request loaders,
-decide in `kalends.occurrences`."""
+decide in `domain.occurrences`."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from typing import Annotated, Any, cast
 import asyncpg
 import strawberry
 
+from core.errors import not_found
+from domain import dashboard, ids
+from domain import events as event_rules
+from domain import occurrences as rules
 from graph.context import Context
 from graph.events import EventCancelInput, administrable, reload_event
 from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.types import Event, Occurrence, Page
-from kalends import dashboard, ids
-from kalends import events as event_rules
-from kalends import occurrences as rules
-from kalends.errors import not_found
 
 OccurrenceUpdateInput = input_type(event_rules.OccurrenceUpdate, "OccurrenceUpdateInput")
 EventSplitInput = input_type(rules.EventSplit, "EventSplitInput")

@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from domain.pagination import COUNT_CAP, check_limit
 from graph.context import Context
 from graph.types import Count, Page
-from kalends.pagination import COUNT_CAP, check_limit
 
 T = TypeVar("T")
 K = TypeVar("K", datetime, float)

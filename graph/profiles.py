@@ -1,17 +1,17 @@
-"""Profile resolvers: load through the per-request loader, decide in `kalends.profiles`."""
+"""Profile resolvers: load through the per-request loader, decide in `domain.profiles`."""
 
 from __future__ import annotations
 
 import strawberry
 
 from db import profiles as store
+from domain import ids
+from domain import profiles as domain
 from graph.context import Context
 from graph.dataloaders import reload
 from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.types import Page, Profile
-from kalends import ids
-from kalends import profiles as domain
 
 ProfileCreateInput = input_type(domain.ProfileCreate, "ProfileCreateInput")
 ProfileUpdateInput = input_type(domain.ProfileUpdate, "ProfileUpdateInput")

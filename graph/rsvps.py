@@ -1,4 +1,4 @@
-"""RSVP and RSVP-settings resolvers; the rules are in `kalends.rsvps`."""
+"""RSVP and RSVP-settings resolvers; the rules are in `domain.rsvps`."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import asyncpg
 import strawberry
 
 from db import rsvps as store
+from domain import events as event_rules
+from domain import ids
+from domain import profiles as profile_rules
+from domain import rsvps as domain
 from graph.context import Context
 from graph.dataloaders import reload
 from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.types import Page, Rsvp, RsvpAnswer, RsvpSettings, RsvpStats
-from kalends import events as event_rules
-from kalends import ids
-from kalends import profiles as profile_rules
-from kalends import rsvps as domain
 
 RsvpCreateInput = input_type(domain.RsvpCreate, "RsvpCreateInput")
 RsvpUpdateInput = input_type(domain.RsvpUpdate, "RsvpUpdateInput")

@@ -8,7 +8,7 @@ from typing import Any, NewType
 
 import strawberry
 
-from kalends.times import utc_text
+from domain.times import utc_text
 
 
 def _parse_timestamp(value: str) -> datetime:

@@ -11,6 +11,7 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors, ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 
+from core.errors import ApiError
 from db.database import unavailable
 from graph import limits
 from graph.agenda import AgendaQueries
@@ -30,7 +31,6 @@ from graph.search import SearchQueries
 from graph.series import SeriesMutations, SeriesQueries
 from graph.subscriptions import SubscriptionMutations, SubscriptionQueries
 from graph.webhooks import WebhookMutations, WebhookQueries
-from kalends.errors import ApiError
 
 
 @strawberry.type

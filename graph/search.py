@@ -1,4 +1,4 @@
-"""Search resolvers; what a query may be is decided in `kalends.search`."""
+"""Search resolvers; what a query may be is decided in `domain.search`."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import asyncpg
 import strawberry
 
 from db import search as store
+from domain import search as domain
 from graph.context import Context
 from graph.paging import ranked_page
 from graph.scalars import Timestamp
 from graph.types import Page
-from kalends import search as domain
 
 Info = strawberry.Info[Context, None]
 

@@ -1,4 +1,4 @@
-"""Series resolvers; the rules are in `kalends.series`."""
+"""Series resolvers; the rules are in `domain.series`."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import strawberry
 
 from db import events as event_store
 from db import series as store
+from domain import events as event_rules
+from domain import ids
+from domain import profiles as profile_rules
+from domain import series as domain
 from graph.context import Context
 from graph.dataloaders import reload
 from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.types import Event, Page, Series, SeriesDeletion, SeriesDeletionPreview
-from kalends import events as event_rules
-from kalends import ids
-from kalends import profiles as profile_rules
-from kalends import series as domain
 
 SeriesCreateInput = input_type(domain.SeriesCreate, "SeriesCreateInput")
 SeriesUpdateInput = input_type(domain.SeriesUpdate, "SeriesUpdateInput")

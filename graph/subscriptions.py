@@ -1,4 +1,4 @@
-"""Subscription resolvers; the rules are in `kalends.subscriptions`."""
+"""Subscription resolvers; the rules are in `domain.subscriptions`."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import asyncpg
 import strawberry
 
 from db import subscriptions as store
+from domain import ids, profiles
+from domain import series as series_rules
+from domain import subscriptions as domain
 from graph.context import Context
 from graph.dataloaders import reload
 from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.scalars import Timestamp
 from graph.types import Page
-from kalends import ids, profiles
-from kalends import series as series_rules
-from kalends import subscriptions as domain
 
 SubscriptionCreateInput = input_type(domain.SubscriptionCreate, "SubscriptionCreateInput")
 SubscriptionUpdateInput = input_type(domain.SubscriptionUpdate, "SubscriptionUpdateInput")

@@ -12,9 +12,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import asyncpg
 import strawberry
 
+from domain.pagination import COUNT_CAP
 from graph.context import Context
 from graph.scalars import Timestamp
-from kalends.pagination import COUNT_CAP
 
 if TYPE_CHECKING:
     from graph.follows import Follower
@@ -431,7 +431,7 @@ class Occurrence:
 
     @classmethod
     def of(cls, view: Any) -> Any:
-        """From a `kalends.occurrences.View` (field for field), without the keyword
+        """From a `domain.occurrences.View` (field for field), without the keyword
         __init__: Event.occurrences makes hundreds of them."""
         made = cls.__new__(cls)
         made.__dict__.update(view._asdict())

@@ -1,20 +1,20 @@
-"""Webhook endpoint resolvers; the rules are in `kalends.notify.webhooks`."""
+"""Webhook endpoint resolvers; the rules are in `domain.notify.webhooks`."""
 
 from __future__ import annotations
 
 import asyncpg
 import strawberry
 
+from core.errors import not_found
 from db import webhooks as store
+from domain import ids
+from domain import profiles as profile_rules
+from domain.notify import webhooks as domain
 from graph.context import Context
 from graph.inputs import input_type, parse_input
 from graph.paging import page
 from graph.scalars import Timestamp
 from graph.types import Page
-from kalends import ids
-from kalends import profiles as profile_rules
-from kalends.errors import not_found
-from kalends.notify import webhooks as domain
 
 WebhookEndpointCreateInput = input_type(domain.WebhookEndpointCreate,
                                         "WebhookEndpointCreateInput")

@@ -1,7 +1,7 @@
 """MCP over Streamable HTTP: the registry's operations as tools (docs/mcp.md).
 
 POST /mcp-developer authenticates with an API key; POST /mcp with an OAuth
-access token (docs/mcp.md, "MCP clients and OAuth"; kalends/oauth). Both speak
+access token (docs/mcp.md, "MCP clients and OAuth"; domain/oauth). Both speak
 the stateless 2026-07-28 protocol and the handshake versions 2025-11-25,
 2025-06-18 and 2025-03-26, and list the same tools: the core toolset unless a
 request names others (mcp_bridge/toolsets.py).
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from kalends import registry
-from kalends.oauth import http as oauth
-from kalends.service.config import Settings
-from kalends.web.guard import ERROR_BODIES, require_api_key, require_credential
+import registry
+from domain.config import Settings
 from mcp_bridge import routes
 from mcp_bridge.tools import Catalogues
+from web import oauth
+from web.guard import ERROR_BODIES, require_api_key, require_credential
 
 
 def setup(app: web.Application, settings: Settings) -> None:
@@ -30,4 +30,4 @@ def setup(app: web.Application, settings: Settings) -> None:
     require_api_key(app, developer, defer_limit=True)
     app.setdefault(ERROR_BODIES, {}).update({mcp: routes.error_body,
                                              developer: routes.error_body})
-    oauth.setup(app, settings)
+    oauth.setup(app)

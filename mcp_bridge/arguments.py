@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kalends import registry
-from kalends.errors import ApiError
-from kalends.operations.common import is_comma_separated
-from kalends.registry import narrow
+import registry
+from core.errors import ApiError
+from registry import narrow
+from registry.operations.common import is_comma_separated
 
 if TYPE_CHECKING:
-    from kalends.registry import Operation
+    from registry import Operation
 
 _EXPAND = "expand"
 _RESOURCES: dict[str, narrow.Resource | None] = {}

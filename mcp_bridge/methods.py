@@ -14,8 +14,8 @@ from mcp_bridge.jsonrpc import METHOD_NOT_FOUND, Message, RpcError
 from mcp_bridge.protocol import LEGACY_VERSIONS, META_SERVER_INFO, SUPPORTED_VERSIONS
 
 if TYPE_CHECKING:
-    from kalends.auth import Viewer
-    from kalends.ratelimit import Decision
+    from domain.auth import Viewer
+    from domain.ratelimit import Decision
 
 
 def _version() -> str:

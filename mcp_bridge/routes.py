@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from kalends import registry
-from kalends.auth import Viewer
-from kalends.errors import ApiError
-from kalends.oauth.http import require_scope
-from kalends.service.services import OPERATION, RATE_LIMIT, REQUEST_ID, VIEWER
-from kalends.web.responses import error_response, json_response
-from mcp_bridge import jsonrpc, methods, origins, protocol, toolsets
+import registry
+from core.errors import ApiError
+from domain import origins
+from domain.auth import Viewer
+from mcp_bridge import jsonrpc, methods, protocol, toolsets
 from mcp_bridge.jsonrpc import RpcError
 from mcp_bridge.tools import Catalogues
+from web.oauth import require_scope
+from web.responses import error_response, json_response
+from web.services import OPERATION, RATE_LIMIT, REQUEST_ID, VIEWER
 
 CATALOGUES = web.AppKey("mcp_catalogues", Catalogues)
 ALLOWED_ORIGINS = web.AppKey("mcp_allowed_origins", frozenset)

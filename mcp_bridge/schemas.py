@@ -63,7 +63,7 @@ _MAP = ("properties", "patternProperties", "dependentSchemas", "$defs")
 _MIN_SIZE = 96
 _MIN_SAVING = 64
 _DEF_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
-# kalends.ids' patterns: `^[pP][rR][fF]_[0-9a-fA-F]{32}$` is a prf_ ID.
+# domain.ids' patterns: `^[pP][rR][fF]_[0-9a-fA-F]{32}$` is a prf_ ID.
 _ID_PATTERN = re.compile(r"\^((?:\[[a-z][A-Z]\])+)_\[0-9a-fA-F\]\{32\}\$")
 _LETTER = re.compile(r"\[([a-z])[A-Z]\]")
 

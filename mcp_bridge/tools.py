@@ -15,18 +15,19 @@ import orjson
 from aiohttp import web
 from multidict import MultiMapping
 
-from kalends import registry
-from kalends.errors import ApiError, internal_error
-from kalends.registry import narrow
+import registry
+from core.errors import ApiError, internal_error
 from mcp_bridge import arguments as args
 from mcp_bridge import schemas, toolsets
 from mcp_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_bridge.toolsets import Selection
+from registry import narrow
+from web.services import SERVICES
 
 if TYPE_CHECKING:
-    from kalends.auth import Viewer
-    from kalends.ratelimit import Decision
-    from kalends.registry import Operation
+    from domain.auth import Viewer
+    from domain.ratelimit import Decision
+    from registry import Operation
 
 # The whole catalogue in one page: agent hosts commonly call tools/list once and
 # ignore nextCursor (the official SDK's list_tools() returns one page), and would
@@ -254,7 +255,7 @@ async def call(
         if limit is not None:
             limit.enforce()
         arguments, fields = args.shaped(op, arguments)
-        body = await registry.call_flat(app, viewer, op, arguments, request_id, fields)
+        body = await registry.call_flat(app[SERVICES], viewer, op, arguments, request_id, fields)
         result = _tool_result(body if body is not None else {"status": op.no_body_status})
         if size(result) > MAX_RESULT_CHARACTERS:
             result = await _cut(app, viewer, op, arguments, request_id, fields, body)
@@ -289,7 +290,7 @@ async def _cut(app: web.Application, viewer: Viewer, op: Operation, arguments: d
     items = body.get("data") if pageable and isinstance(body, dict) else None
     fits = _items_that_fit(body, items) if items else 0
     while fits > 0:
-        smaller = await registry.call_flat(app, viewer, op, {**arguments, "limit": fits},
+        smaller = await registry.call_flat(app[SERVICES], viewer, op, {**arguments, "limit": fits},
                                            request_id, fields)
         result = _tool_result(smaller)
         if size(result) <= MAX_RESULT_CHARACTERS:

@@ -1,6 +1,6 @@
 """Toolsets (docs/mcp.md, "Toolsets"): a request selects the tools it lists and may call.
 
-The toolsets are the registry's (kalends/registry/toolsets.py): one per tag, and
+The toolsets are the registry's (registry/toolsets.py): one per tag, and
 `core`, the tools for a person's day, which a request that names no known toolset
 gets. `all` names every toolset. A request narrows the catalogue with the header
 `X-MCP-Toolsets: events,agenda` or the query `?toolsets=events,agenda`, and to
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 from multidict import MultiMapping
 
-from kalends.registry.toolsets import ALL, CORE, in_core, toolset, toolsets
+from registry.toolsets import ALL, CORE, in_core, toolset, toolsets
 
 if TYPE_CHECKING:
-    from kalends.registry import Operation
+    from registry import Operation
 
 __all__ = ["ALL", "CORE", "Selection", "by_header", "describe", "requested", "toolset",
            "toolsets"]

@@ -9,10 +9,9 @@ from typing import Any
 
 from aiohttp import web
 
-from kalends import ids
-from kalends.notify import feeds
-from kalends.service.services import OPERATION, SERVICES
-from kalends.web import reads
+from domain import ids, reads
+from domain.notify import feeds
+from web.services import OPERATION, SERVICES
 
 PATH = "/v1/profiles/{profile_id}/events.ics"
 OPERATION_ID = "getProfileEventsFeed"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kalends.errors import ERROR_CODES, ERROR_TYPES
-from kalends.registry import OPERATIONS, Operation, honest_defaults
+from core.errors import ERROR_CODES, ERROR_TYPES
+from registry import OPERATIONS, Operation, honest_defaults
 from rest_bridge import feeds
 
 _REF = "#/components/schemas/{model}"

@@ -7,13 +7,12 @@ from typing import Any
 
 from aiohttp import web
 
-from graph.context import Context
-from kalends.errors import ApiError
-from kalends.registry import OPERATIONS, Operation, bind, run
-from kalends.service.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID, SERVICES, VIEWER
-from kalends.web import bodies
-from kalends.web.guard import require_api_key
-from kalends.web.responses import json_response
+from core.errors import ApiError
+from registry import OPERATIONS, Operation, bind, context, run
+from web import bodies
+from web.guard import require_api_key
+from web.responses import json_response
+from web.services import IDEMPOTENCY_KEY, OPERATION, REQUEST_ID, SERVICES, VIEWER
 
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{8,255}$")
 
@@ -64,8 +63,7 @@ def _handler(op: Operation) -> Any:
         body = await bodies.json_object(request, empty={}) if op.body is not None else None
         variables = bind(op, request.match_info, request.query, body)
         result, status = await run(
-            op, variables, Context(services, viewer, request[REQUEST_ID],
-                                   read_only=op.mcp.read_only)
+            op, variables, context(services, viewer, request[REQUEST_ID], op)
         )
         if op.result is None:
             return web.Response(status=status)

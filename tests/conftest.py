@@ -36,8 +36,8 @@ import graph.schema as _graph_schema
 from db import embedded
 from db.database import Database
 from db.migrate import migrate
-from kalends import accounts
-from kalends.service.services import SERVICES
+from domain import accounts
+from web.services import SERVICES
 
 T = TypeVar("T")
 
@@ -184,7 +184,7 @@ class LiveServer:
     """The real application on 127.0.0.1, in a thread with its own loop."""
 
     def __init__(self, dsn: str, **options: Any) -> None:
-        from kalends.service import config
+        from domain import config
         from kalends.service.app import create_app
 
         if READ_REPLICA and "settings" not in options:
@@ -375,7 +375,7 @@ def insert_connected_calendar(live_server: LiveServer, user_id: str, name: str =
     """A connected calendar as a provider account leaves it once connected and
     before its first sync, with no provider behind it: its account is never due
     for a sync (tests that sync use a real CalDAV server or a protocol fake)."""
-    from kalends import ids
+    from domain import ids
 
     account, xcal = ids.new_id("xac"), ids.new_id("xcal")
 

@@ -20,8 +20,8 @@ import pytest
 from caldav_server import Radicale
 from conftest import Api, LiveServer, User, migrated_database
 
-from kalends.connected import admin, engine
-from kalends.service import config
+from domain import config
+from domain.connected import admin, engine
 
 SYNC_SECONDS = 30
 PARIS = ZoneInfo("Europe/Paris")

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from db import agenda as agenda_store
 from db.database import Database
-from kalends import agenda, expansion
-from kalends.connected import engine, ical
-from kalends.connected.provider import RemoteEvent
+from domain import agenda, expansion
+from domain.connected import engine, ical
+from domain.connected.provider import RemoteEvent
 
 ZONES = ("Europe/Paris", "America/New_York", "Asia/Kolkata", "Pacific/Chatham",
          "Australia/Lord_Howe")
@@ -165,7 +165,7 @@ async def create_events(api: Any, owner: Any, profile_id: str,
 async def agenda_occurrences(db: Database, email: str, calendar_id: str,
                              window: Window) -> tuple[dict[str, list[Occurrence]], bool]:
     """The subscriber's agenda over `window` (in UTC), by event title, as
-    `kalends.agenda.build` makes it (the API's window limits aside: years ahead
+    `domain.agenda.build` makes it (the API's window limits aside: years ahead
     are compared too); and whether it says it is complete."""
     w = agenda.Window(window.first_day, window.end_day, ZoneInfo("UTC"), window.start,
                       window.end)

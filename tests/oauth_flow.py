@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import aiohttp
 from conftest import LiveServer, migrated_database
 
-from kalends.service import config
+from domain import config
 
 REDIRECT_URI = "http://127.0.0.1:33418/callback"
 BOTH = "kalends:read kalends:write"

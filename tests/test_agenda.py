@@ -13,8 +13,9 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 from conftest import assert_error, insert_connected_calendar, new_profile
 
-from kalends import accounts, ids, registry, times
-from kalends.registry import OPERATIONS, Mcp, Operation
+import registry
+from domain import accounts, ids, times
+from registry import OPERATIONS, Mcp, Operation
 
 NY = "America/New_York"
 PARIS = "Europe/Paris"
@@ -873,8 +874,8 @@ def test_a_connected_calendar_is_read_by_the_window_not_by_its_history(
 
 
 def test_a_connected_span_reaches_rdates_past_the_rules_until() -> None:
-    from kalends.connected import components
-    from kalends.connected.provider import Component
+    from domain.connected import components
+    from domain.connected.provider import Component
 
     c = Component(uid="r@x", start=datetime(2027, 1, 4, 9), zone="Europe/Paris",
                   end=datetime(2027, 1, 4, 10), end_zone="Europe/Paris",
@@ -901,9 +902,9 @@ def test_a_connected_span_reaches_rdates_past_the_rules_until() -> None:
 ])
 def test_a_connected_count_series_span_ends_with_its_last_occurrence(
         start: Any, zone: str | None, end: Any, rule: str, count: int) -> None:
-    from kalends import expansion
-    from kalends.connected import components
-    from kalends.connected.provider import Component
+    from domain import expansion
+    from domain.connected import components
+    from domain.connected.provider import Component
 
     c = Component(uid="c@x", start=start, zone=zone, end=end, end_zone=zone, rrule=rule)
     _, last = components.span(c)
@@ -938,7 +939,7 @@ def _stored_end(live_server: Any, event_id: str) -> datetime | str | None:
 
 def test_the_agenda_reads_only_recurring_rows_that_reach_the_window(live_server: Any) -> None:
     from db import agenda as store
-    from kalends import agenda as domain
+    from domain import agenda as domain
 
     user = live_server.create_user()
     now = datetime.now(UTC).replace(microsecond=0)

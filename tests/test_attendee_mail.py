@@ -23,8 +23,8 @@ from aiosmtpd.controller import Controller
 from conftest import Api, LiveServer, migrated_database, new_event, new_profile
 from icalendar import Calendar
 
-from kalends.service import config
-from kalends.service.services import SETTINGS
+from domain import config
+from web.services import SETTINGS
 
 SENDER = "events@kalends.test"
 PARIS = "Europe/Paris"
@@ -195,7 +195,7 @@ async def test_no_mail_without_allow_notifications_and_retries_after_a_refusal(
 async def test_without_an_smtp_url_nothing_is_sent_and_one_warning_says_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from kalends.notify import attendee_mail
+    from domain.notify import attendee_mail
 
     [send] = attendee_mail.handlers(None, SENDER).values()
     with caplog.at_level("WARNING", logger="kalends.mail"):
@@ -228,7 +228,7 @@ async def _cancelled_with_attendees(mail: tuple[LiveServer, Inbox], api: Api, ow
 async def test_jobs_of_one_event_running_at_once_write_to_each_address_once(
     mail: tuple[LiveServer, Inbox],
 ) -> None:
-    from kalends.notify import attendee_mail
+    from domain.notify import attendee_mail
 
     live, inbox = mail
     async with _organizer(mail) as (api, owner):
@@ -254,7 +254,7 @@ async def test_a_refused_smtp_exchange_is_logged_with_the_servers_reply(
 ) -> None:
     import aiosmtplib
 
-    from kalends.notify import attendee_mail
+    from domain.notify import attendee_mail
 
     live, inbox = mail
     async with _organizer(mail) as (api, owner):
@@ -277,7 +277,7 @@ async def test_one_occurrence_changed_cancelled_and_restored_reaches_each_attend
     the one occurrence (RECURRENCE-ID in DTSTART's form), CANCEL or REQUEST, each change
     with a higher SEQUENCE than the last about it (a restore too, though it leaves no
     row), and a job run again sends nothing."""
-    from kalends.notify import attendee_mail
+    from domain.notify import attendee_mail
 
     live, inbox = mail
     async with _organizer(mail) as (api, owner):

@@ -35,12 +35,11 @@ from processes import (
 from test_cli import email, no_object, one_object, run_admin
 
 import db.migrate
+from core.errors import AdminError
 from db import backup, embedded
-from kalends import instance_secrets
-from kalends.connected.vault import Vault
-from kalends.errors import AdminError
-from kalends.oauth import keys
-from kalends.service import config
+from domain import config, instance_secrets
+from domain.connected.vault import Vault
+from domain.oauth import keys
 
 # slow: pg_dump and pg_restore runs, a PostgreSQL 15 cluster (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = pytest.mark.slow

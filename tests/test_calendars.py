@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from kalends import accounts, ids
+from domain import accounts, ids
 
 CALENDAR_KEYS = {"id", "name", "description", "color", "is_default", "created_at", "updated_at"}
 EVENT_KEYS = {

@@ -30,7 +30,7 @@ import pytest
 from conftest import User, assert_error
 from processes import free_port
 
-from kalends.auth import hash_key
+from domain.auth import hash_key
 
 ROOT = Path(__file__).resolve().parents[1]
 ID = re.compile(r"^(?P<prefix>[a-z]+)_[0-9a-f]{32}$")
@@ -564,7 +564,7 @@ def test_revoke_key_refusals_are_json_errors(database_url: str) -> None:
 
 
 async def _claimed_consumer(db: Any, name: str, owner_email: str) -> dict[str, Any]:
-    from kalends import accounts
+    from domain import accounts
 
     await accounts.create_consumer(db, name)
     return await accounts.claim_consumer(db, name, owner_email)

@@ -47,7 +47,7 @@ from ical_readers import (
     within,
 )
 
-from kalends.connected import engine
+from domain.connected import engine
 
 # slow: a real CalDAV server (Radicale) per test (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = pytest.mark.slow

@@ -37,18 +37,17 @@ from conftest import Api, LiveServer, User, migrated_database
 from connected_world import Person, agenda, new_person, settled, sync
 from fakes import google, microsoft
 
-from kalends import outbound
-from kalends.connected import admin, engine
-from kalends.connected.caldav import CalDavAdapter
-from kalends.connected.provider import (
+from core.errors import AdminError
+from domain import config, outbound
+from domain.connected import admin, engine
+from domain.connected.caldav import CalDavAdapter
+from domain.connected.provider import (
     Component,
     Credentials,
     OriginRefused,
     ProviderSettings,
     RemoteCalendar,
 )
-from kalends.errors import AdminError
-from kalends.service import config
 
 # slow: real CalDAV and HTTP servers per test (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = pytest.mark.slow

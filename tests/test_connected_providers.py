@@ -20,9 +20,9 @@ from conftest import Api, LiveServer, User, migrated_database, new_event, new_pr
 from connected_world import PARIS, agenda, eventually, external, in_days, settled, sync
 from fakes import google, microsoft
 
-from kalends.connected import admin
-from kalends.connected.provider import ProviderSettings
-from kalends.service import config
+from domain import config
+from domain.connected import admin
+from domain.connected.provider import ProviderSettings
 
 
 @dataclasses.dataclass

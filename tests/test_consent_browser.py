@@ -27,7 +27,7 @@ from cdp import Page, chromium, needs_chromium, png_size
 from conftest import LiveServer
 from oauth_flow import REDIRECT_URI, Flow, pkce, query_of, register, serving
 
-from kalends.oauth.server import SCOPE_WORDS
+from domain.oauth.server import SCOPE_WORDS
 
 LOOK_AT = Path("/tmp/consent.png")  # a copy for a human to look at
 WIDTH, HEIGHT = 900, 1100

@@ -24,15 +24,15 @@ from conftest import Api, LiveServer, assert_error, new_event, new_profile
 from graphql import ExecutionResult, GraphQLError
 from processes import Service, create_user, json_lines, postmaster_pid, service_env, start
 
+import registry
+from core.errors import ApiError
 from db import embedded
 from db.database import Database, Tx
 from db.migrate import migrate
+from domain import jobs
 from graph.context import Context
 from graph.plan import Plan
 from graph.schema import MASKED, is_unexpected, reported
-from kalends import registry
-from kalends.errors import ApiError
-from kalends.service import jobs
 
 
 @pytest.mark.slow

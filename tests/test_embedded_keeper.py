@@ -40,7 +40,7 @@ from processes import (
 # slow: kalends serve processes and a killed PostgreSQL (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = pytest.mark.slow
 
-ROUNDS = 20
+ROUNDS = 3
 CONCURRENT_ADMINS = 8
 
 
@@ -101,35 +101,79 @@ class Load:
         return Counter(status for _, status, _, _ in self.results)
 
 
+# Rewrites the handle list as the library does (under its lock, in place: truncated, then
+# written), slowly: the file stays half written for HALF_WRITTEN seconds of every
+# HALF_WRITTEN + BETWEEN. Only its content's timing differs from an admin command joining
+# or leaving; it stops between two rewrites once told to (SIGTERM), never mid-write.
+_REWRITE_THE_LIST_SLOWLY = """
+import signal, sys, time
+from pathlib import Path
+from db import embedded
+path, half_written, between = Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+print("rewriting", flush=True)
+while not stopping:
+    with embedded._locked():
+        if path.exists():
+            text = path.read_text()
+            with path.open("w") as file:
+                file.write(text[:len(text) // 2])
+                file.flush()
+                time.sleep(half_written)
+                file.write(text[len(text) // 2:])
+    time.sleep(between)
+"""
+HALF_WRITTEN, BETWEEN = 0.05, 0.01
+
+
 def test_admin_commands_never_stop_the_served_database(
     data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:
+    """The race (570112a, 4b98e2b): a command that reads the handle list without the
+    library's lock can catch it half written by another process, take it for damaged,
+    and drop the service's pid; the last command to leave then believes it is the last
+    user and stops the server. Concurrent commands alone hit that window now and then
+    (20 rounds of 8 found it in about two runs of three); a process rewriting the list
+    slowly under the lock (as commands do, but half written most of the time) makes
+    every unlocked read land in it, so that 3 rounds of 8 commands found the reverted
+    fix in every run. The service's keeper says so when it has to list itself again."""
     service = start(services, data_dir, tmp_path)
     key = _create_user(data_dir)
     postmaster = _postmaster(service.pgdata)
     headers = {"Authorization": f"Bearer {key}"}
-
-    with Load(service.port, "GET", "/v1/organizations", headers) as load:
-        for round_ in range(ROUNDS):
-            admins = [
-                subprocess.Popen(
-                    [sys.executable, "-m", "kalends", "admin", "create-user",
-                     "--email", f"r{round_}-{n}-{secrets.token_hex(3)}@example.com"],
-                    cwd=ROOT, env=_admin_env(data_dir),
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                for n in range(CONCURRENT_ADMINS)
-            ]
-            for admin in admins:
-                out, err = admin.communicate(timeout=120)
-                assert admin.returncode == 0, err.decode()[-4000:]
-                assert err == b"", err.decode()[-2000:]  # nothing on stderr on success
-                assert set(json.loads(out)) >= {"email", "api_key"}
-            assert request(service.port, "GET", "/readyz")[0] == 200, f"round {round_}"
+    rewriter = subprocess.Popen(
+        [sys.executable, "-c", _REWRITE_THE_LIST_SLOWLY, str(service.pgdata / ".handle_pids.json"),
+         str(HALF_WRITTEN), str(BETWEEN)],
+        cwd=ROOT, env=_admin_env(data_dir), stdout=subprocess.PIPE)
+    try:
+        assert rewriter.stdout is not None and rewriter.stdout.readline() == b"rewriting\n"
+        with Load(service.port, "GET", "/v1/organizations", headers) as load:
+            for round_ in range(ROUNDS):
+                admins = [
+                    subprocess.Popen(
+                        [sys.executable, "-m", "kalends", "admin", "create-user",
+                         "--email", f"r{round_}-{n}-{secrets.token_hex(3)}@example.com"],
+                        cwd=ROOT, env=_admin_env(data_dir),
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                    for n in range(CONCURRENT_ADMINS)
+                ]
+                for admin in admins:
+                    out, err = admin.communicate(timeout=120)
+                    assert admin.returncode == 0, err.decode()[-4000:]
+                    assert err == b"", err.decode()[-2000:]  # nothing on stderr on success
+                    assert set(json.loads(out)) >= {"email", "api_key"}
+                assert request(service.port, "GET", "/readyz")[0] == 200, f"round {round_}"
+            time.sleep(1.5)  # a keeper round (1 s) after the last command left
+    finally:
+        rewriter.terminate()
+        assert rewriter.wait(timeout=10) == 0
 
     assert load.results, "no load was sent"
     assert set(load.statuses) == {200}, load.statuses
     assert _postmaster(service.pgdata) == postmaster, "the server was restarted"
     assert "starting it again" not in service.stderr
+    assert "missing from the handle list" not in service.stderr, service.stderr[-4000:]
     assert handle_pids(service.pgdata) == [service.proc.pid]
     assert service.stop() == 0, service.stderr[-4000:]
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import assert_error, new_event, new_profile, walk
 
-from kalends import accounts
+from domain import accounts
 
 MISSING_EVENT = "evt_" + "0" * 32
 

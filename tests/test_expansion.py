@@ -1,5 +1,5 @@
 """Bounded work by construction (docs/api-choices.md, "Bounded work"): one way to
-expand (kalends/expansion.py), with the request's budget in it and beside the event
+expand (domain/expansion.py), with the request's budget in it and beside the event
 loop; GraphQL costs that count a list by its largest size; counts and summaries that
 are exact or the error `expansion_limit`."""
 
@@ -16,18 +16,18 @@ import orjson
 import pytest
 from conftest import new_event, new_profile
 from graphql import GraphQLList, GraphQLNonNull, GraphQLObjectType, get_named_type
+from test_layout import PACKAGES
 
 import graph.schema as graph_schema
+from domain import expansion
 from graph import limits
-from kalends import expansion
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("kalends", "graph", "rest_bridge", "mcp_bridge", "db")
 
 # The raw expanders, and the one module (with the connected expander under it)
 # that may call them.
-RAW = {"kalends.recurrence": "occurrences", "kalends.connected.occurrences": "expand"}
-ALLOWED = {"kalends.expansion", "kalends.connected.occurrences", "kalends.recurrence"}
+RAW = {"domain.recurrence": "occurrences", "domain.connected.occurrences": "expand"}
+ALLOWED = {"domain.expansion", "domain.connected.occurrences", "domain.recurrence"}
 
 
 def _module(path: Path, root: Path) -> str:
@@ -81,11 +81,11 @@ def test_only_the_entry_point_calls_the_raw_expanders() -> None:
 
 
 @pytest.mark.parametrize("source", [
-    "from kalends import recurrence\n\ndef f():\n    return recurrence.occurrences\n",
-    "def f():\n    from kalends.recurrence import occurrences\n",
-    "import kalends.recurrence as r\nx = r.occurrences\n",
-    "from kalends.connected import occurrences as o\nx = o.expand\n",
-    "import kalends.connected.occurrences\nx = kalends.connected.occurrences.expand\n",
+    "from domain import recurrence\n\ndef f():\n    return recurrence.occurrences\n",
+    "def f():\n    from domain.recurrence import occurrences\n",
+    "import domain.recurrence as r\nx = r.occurrences\n",
+    "from domain.connected import occurrences as o\nx = o.expand\n",
+    "import domain.connected.occurrences\nx = domain.connected.occurrences.expand\n",
 ])
 def test_the_walk_finds_a_planted_raw_call(tmp_path: Path, source: str) -> None:
     (tmp_path / "graph").mkdir()

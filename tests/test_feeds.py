@@ -15,7 +15,7 @@ import recurring_ical_events  # type: ignore[import-untyped]
 from conftest import Api, LiveServer, assert_error, new_event, new_profile
 from icalendar import Calendar
 
-from kalends import recurrence
+from domain import recurrence
 
 PARIS = "Europe/Paris"
 

@@ -31,7 +31,7 @@ from processes import (
 from prometheus_client.parser import text_string_to_metric_families
 from test_rest_conventions import _raw
 
-from kalends import times
+from domain import times
 
 # -- helpers --------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from kalends import accounts
+from domain import accounts
 
 FOLLOW_KEYS = {"id", "following_type", "target_id", "created_at"}
 FOLLOWER_KEYS = {"follow_id", "display_name", "followed_at"}

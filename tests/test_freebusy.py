@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from db import connected as connected_store
-from kalends import accounts, freebusy, ids
-from kalends.connected import components
-from kalends.connected.provider import Component
-from kalends.registry import OPERATIONS
+from domain import accounts, freebusy, ids
+from domain.connected import components
+from domain.connected.provider import Component
+from registry import OPERATIONS
 
 ZONES = ("Europe/Paris", "America/New_York", "Asia/Kolkata", "Australia/Adelaide",
          "America/St_Johns", "Australia/Lord_Howe", "UTC")

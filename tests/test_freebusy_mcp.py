@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from kalends import accounts
+from domain import accounts
 
 ZONE = "America/New_York"
 

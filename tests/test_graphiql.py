@@ -33,12 +33,12 @@ from conftest import (
 )
 from yarl import URL
 
-from graph.ws import FEED
+from graph_bridge.ws import FEED
 
 # slow: headless Chromium (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = pytest.mark.slow
 
-ASSETS = Path(__file__).resolve().parent.parent / "graph" / "graphiql"
+ASSETS = Path(__file__).resolve().parent.parent / "graph_bridge" / "graphiql"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 LOOK_AT = Path("/tmp/graphiql.png")  # a copy for a human to look at
 A_KEY = re.compile(r"kal_[A-Za-z0-9_-]{8,}")  # what a real API key looks like

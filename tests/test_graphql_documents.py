@@ -6,7 +6,7 @@ Strawberry's own `schema.execute` (graphql-core's executor, with the same
 validation rules and error masking) on the same data, and compared byte for
 byte. Beneath that, tests/plan_oracle.py replays each plan through graphql-core.
 Then: Apollo's automatic persisted queries, the refusals of malformed requests,
-and the cache's bounds (10,000 distinct documents, and the memory each holds).
+and the cache's bounds (documents past them freed, and the memory each holds).
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from graphql.execution.values import VariableValues
 from hypothesis import HealthCheck, given, settings
 from hypothesis_graphql import queries
 
+from domain.auth import authenticate_key
 from graph import documents as documents_module
 from graph.context import Context
 from graph.documents import Documents
-from graph.http import DOCUMENTS
 from graph.plan import Plan
 from graph.schema import schema, sdl
-from kalends.auth import authenticate_key
-from kalends.service.services import SERVICES
+from graph_bridge.http import DOCUMENTS
+from web.services import SERVICES
 
 # ---------------------------------------------------------------------------
 # The oracle
@@ -376,16 +376,23 @@ def _print_weights() -> None:
 
 
 @pytest.mark.slow
-async def test_ten_thousand_distinct_documents_stay_within_the_bounds(
+async def test_distinct_documents_past_the_bounds_do_not_grow_the_process(
         live_server: LiveServer, user: User, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The served cache, its bounds a tenth of the defaults (100 entries, 6.4 MB: the
+    byte bound binds first, at ~70 of these documents, as 64 MB does at ~700),
+    flooded with 2,000 documents past them: what is evicted is freed. Unbounded, the same
+    flood grows the process ~20 MB; bounded, 2-3 MB in a fresh process (measured: 10,000
+    documents against the default bounds proved the same, with 90 MB and 40 allowed)."""
     # The plans alone: graphql-core's replay of each would double the time, and every
     # other test of this module compares them.
     monkeypatch.setattr(Plan, "execute", plan_oracle.PLANNED)
     cache = live_server.app[DOCUMENTS]
+    monkeypatch.setattr(cache, "max_entries", documents_module.MAX_ENTRIES // 10)
+    monkeypatch.setattr(cache, "max_bytes", documents_module.MAX_BYTES // 10)
     process = psutil.Process()
 
     async def flood(first: int, count: int) -> None:
-        # A consumer each: 2,800 requests fit in one's quota (6,000 a minute).
+        # A consumer each: its requests fit in one's quota (6,000 a minute).
         flooder = await asyncio.to_thread(live_server.create_user)
         async with aiohttp.ClientSession(headers=flooder.headers) as http:
             for i in range(first, first + count):
@@ -397,16 +404,17 @@ async def test_ten_thousand_distinct_documents_stay_within_the_bounds(
                         assert response.status == 200
                         assert "errors" not in await response.json()
 
-    await flood(0, 1000)  # the cache full, the process warm
+    # The cache full and the process warm, four clients at a time as below.
+    await asyncio.gather(*(flood(50 * k, 50) for k in range(4)))
     gc.collect()
     rss = process.memory_info().rss
-    await asyncio.gather(*(flood(1000 + 2250 * k, 2250) for k in range(4)))
+    await asyncio.gather(*(flood(200 + 500 * k, 500) for k in range(4)))
     gc.collect()
     grown = process.memory_info().rss - rss
     assert len(cache) <= cache.max_entries
     assert cache.bytes <= cache.max_bytes
-    # Unbounded, these 9,000 documents (2,250 of them compiled) grow the process ~90 MB.
-    assert grown < 40 * 1024 * 1024, grown
+    # Unbounded, these 2,000 documents (500 of them compiled) grow the process ~20 MB.
+    assert grown < 8 * 1024 * 1024, grown
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from conftest import Api, LiveServer, User, assert_error, handle, new_profile, own_server
 
-from kalends.service.config import Rate, Settings
+from domain.config import Rate, Settings
 
 PROFILE = """query Profile($id: ID!) {
   profile(profile_id: $id) { id display_name organization_id }

@@ -461,7 +461,7 @@ query($profile: ID!, $event: ID!, $series: ID!, $from: String!, $to: String!) {
 
 async def test_every_new_field_shows_what_the_rest_read_shows(
         live_server: Any, api: Any, make_user: Any) -> None:
-    from kalends import accounts
+    from domain import accounts
 
     owner, member, admin, stranger = [await make_user() for _ in range(4)]
     org = live_server.admin(accounts.create_organization, "Hall", owner.email, None)

@@ -32,9 +32,9 @@ from gql.transport.websockets import WebsocketsTransport
 from processes import ROOT, Service, create_user, request, service_env, start
 
 from db.changes import APPLICATION_NAME
-from graph import ws
-from kalends import accounts
-from kalends.operations.events import EVENT_FIELDS
+from domain import accounts
+from graph_bridge import ws
+from registry.operations.events import EVENT_FIELDS
 
 PROTOCOL = "graphql-transport-ws"
 TIMED = {"start_time": "2031-05-06T10:00", "start_timezone": "Europe/Paris"}

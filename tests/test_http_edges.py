@@ -1,6 +1,6 @@
 """The HTTP layer under every transport: query strings that are not UTF-8
-percent-encoding (kalends/web/query.py), and clients that never finish a
-request head (kalends/web/protocol.py)."""
+percent-encoding (web/query.py), and clients that never finish a
+request head (web/protocol.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import orjson
 import pytest
 from conftest import LiveServer, User, assert_error, own_server
 
-from graph import ws
-from kalends.web import protocol
+from graph_bridge import ws
+from web import protocol
 
 # -- query strings ---------------------------------------------------------------------
 

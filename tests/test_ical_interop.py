@@ -34,9 +34,9 @@ from ical_readers import (
 )
 
 from db import events as event_store
-from kalends import expansion
-from kalends.connected.provider import Component as RemoteComponent
-from kalends.notify import attendee_mail, ics
+from domain import expansion
+from domain.connected.provider import Component as RemoteComponent
+from domain.notify import attendee_mail, ics
 
 _SYNC_SECONDS = 30
 

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from ical_readers import Window
 
-from kalends import recurrence
-from kalends.connected.provider import Component
-from kalends.notify import ics
+from domain import recurrence
+from domain.connected.provider import Component
+from domain.notify import ics
 
 _DAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 ZONES = ("UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe")

@@ -17,8 +17,7 @@ from mcp.types import CallToolResult, TextContent
 from multidict import CIMultiDict, MultiDict
 from oauth_flow import tokens_for
 
-from kalends import accounts
-from kalends.registry import OPERATIONS
+from domain import accounts
 from mcp_bridge.jsonrpc import RpcError
 from mcp_bridge.schemas import compact, without_patterns
 from mcp_bridge.tools import (
@@ -29,6 +28,7 @@ from mcp_bridge.tools import (
     listed_output_schema,
     tool_annotations,
 )
+from registry import OPERATIONS
 
 MODERN = "2026-07-28"
 ALL = "/mcp-developer?toolsets=all"
@@ -560,7 +560,7 @@ async def test_a_bug_is_an_internal_error_result(
     async def broken(*args: Any) -> Any:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr("kalends.registry.call_flat", broken)
+    monkeypatch.setattr("registry.call_flat", broken)
     status, body = await _rpc(api, user, _modern("tools/call", {"name": "getContext"}))
     assert status == 200, body
     assert body["result"]["isError"] is True

@@ -11,8 +11,8 @@ from conftest import Api, LiveServer, User, new_event, new_profile
 from test_mcp_events import error_of, list_tools, sdk_client
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
-from kalends.registry import OPERATIONS
 from mcp_bridge import arguments, tools
+from registry import OPERATIONS
 
 
 def _ok(result: Any) -> Any:

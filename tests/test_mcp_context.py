@@ -11,8 +11,8 @@ import pytest
 from conftest import Api, LiveServer, User, new_profile
 from test_mcp_events import list_tools, sdk_client
 
-from kalends.registry import OPERATIONS
-from kalends.registry.toolsets import toolsets
+from registry import OPERATIONS
+from registry.toolsets import toolsets
 
 CONTEXT_KEYS = {"now", "time_zone", "local_now", "email", "organizations", "profiles",
                 "calendars", "toolsets"}

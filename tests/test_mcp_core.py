@@ -25,8 +25,8 @@ from oauth_flow import tokens_for
 from test_mcp_toolsets import _session
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
-from kalends.registry import OPERATIONS
-from kalends.registry.toolsets import CORE_TOOLS, toolsets
+from registry import OPERATIONS
+from registry.toolsets import CORE_TOOLS, toolsets
 
 ROUTES = ["/mcp-developer", "/mcp"]
 MAX_CORE_TOKENS = 8_000

@@ -18,8 +18,8 @@ from mcp import Client
 from mcp.types import CallToolResult, TextContent
 from test_mcp_events import error_of, list_tools, sdk_client
 
-from kalends.registry import OPERATIONS
 from mcp_bridge import tools
+from registry import OPERATIONS
 
 
 @asynccontextmanager

@@ -20,9 +20,9 @@ from multidict import CIMultiDict, MultiDict
 from oauth_flow import tokens_for
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
-from kalends.registry import OPERATIONS
 from mcp_bridge import toolsets
 from mcp_bridge.toolsets import Selection
+from registry import OPERATIONS
 
 EVERY = toolsets.toolsets(OPERATIONS.values())
 RO = "X-MCP-Readonly"

@@ -37,13 +37,12 @@ from oauth_flow import (
 )
 
 from db import oauth as oauth_store
-from kalends import accounts, ids
-from kalends.connected import engine
-from kalends.oauth import keys
-from kalends.registry import OPERATIONS
-from kalends.registry.toolsets import in_core
-from kalends.service import config
-from kalends.service.services import SETTINGS
+from domain import accounts, config, ids
+from domain.connected import engine
+from domain.oauth import keys
+from registry import OPERATIONS
+from registry.toolsets import in_core
+from web.services import SETTINGS
 
 MODERN = "2026-07-28"
 

@@ -22,9 +22,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_oauth_sdk import MemoryTokenStorage
 from oidc_server import OidcProvider
 
-from kalends import accounts
-from kalends.registry import OPERATIONS
-from kalends.service import config
+from domain import accounts, config
+from registry import OPERATIONS
 
 # slow: an npm OpenID provider started for the module (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = pytest.mark.slow

@@ -32,10 +32,10 @@ from multidict import CIMultiDict, MultiDict
 from oauth_flow import tokens_for
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
-from kalends.registry import OPERATIONS, Operation
-from kalends.registry.toolsets import CORE, CORE_TOOLS
 from mcp_bridge import schemas, tools, toolsets
 from mcp_bridge.toolsets import Selection
+from registry import OPERATIONS, Operation
+from registry.toolsets import CORE, CORE_TOOLS
 
 MODERN = "2026-07-28"
 ROUTES = ["/mcp-developer", "/mcp"]

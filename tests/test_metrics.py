@@ -28,10 +28,10 @@ from processes import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from kalends import sync
-from kalends.service.config import Settings
-from kalends.service.services import SETTINGS
-from kalends.web import metrics
+from domain import sync
+from domain.config import Settings
+from web import metrics
+from web.services import SETTINGS
 
 TOKEN = "metrics-token-" + "x" * 16
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -161,7 +161,7 @@ async def test_a_client_that_leaves_mid_request_is_counted_apart(
 
 
 async def test_requests_the_http_parser_refuses_are_counted(live_server: LiveServer) -> None:
-    """Answered before any route is known (kalends/web/protocol.py): `malformed`."""
+    """Answered before any route is known (web/protocol.py): `malformed`."""
     before = await samples_of(live_server)
     url = urlsplit(live_server.url)
     reader, writer = await asyncio.open_connection(url.hostname, url.port)

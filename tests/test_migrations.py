@@ -26,10 +26,9 @@ from conftest import LiveServer
 import db.migrate
 from db.database import Database
 from db.migrate import migrate
-from kalends import instance_secrets
-from kalends.connected.vault import Vault
-from kalends.pagination import Cursors
-from kalends.service import config
+from domain import config, instance_secrets
+from domain.connected.vault import Vault
+from domain.pagination import Cursors
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = sorted(p.stem for p in (ROOT / "db" / "migrations").glob("*.sql"))

@@ -17,7 +17,7 @@ import pytest
 from conftest import Api, LiveServer, User, assert_error, new_event, new_profile
 from oauth_flow import tokens_for
 
-from kalends import accounts, occurrences
+from domain import accounts, occurrences
 
 OCCURRENCE_KEYS = {
     "occurrence_id", "event_id", "original_start", "start_time", "end_time", "start_timezone",

@@ -1,10 +1,10 @@
 """Occurrences changed on their own, as Kalends writes them in iCalendar
 (docs/api-choices.md, "ICS feeds and attendee e-mail"): the master's
-`EXDATE`s and the `RECURRENCE-ID` overrides `kalends.notify.ics.of_series` makes of an
+`EXDATE`s and the `RECURRENCE-ID` overrides `domain.notify.ics.of_series` makes of an
 event's `event_occurrences` rows, checked without a server: the forms written, and
 generated cases (tests/test_occurrences_ical_cases.py) whose steps are applied to rows
 as the API stores them, read by `recurring-ical-events` to the occurrences the
-expansion (kalends/expansion.py, the agenda's) gives the same rows. The same cases
+expansion (domain/expansion.py, the agenda's) gives the same rows. The same cases
 through the server, every reader and a CalDAV server: test_occurrences_ical_differential.py.
 """
 
@@ -22,8 +22,8 @@ import pytest
 from ical_readers import Window, beside_changes, imported_occurrences, python_occurrences, within
 from test_occurrences_ical_cases import Case, Series, Step, cases
 
-from kalends import expansion
-from kalends.notify import feeds, ics
+from domain import expansion
+from domain.notify import feeds, ics
 
 EVENT_ID = "evt_" + "0" * 31 + "1"
 UID = ics.uid(EVENT_ID)

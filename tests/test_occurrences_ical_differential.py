@@ -44,7 +44,7 @@ from ical_readers import (
 )
 from test_occurrences_ical_cases import LAST_DAY, MAX_SPAN, Case, Step, cases
 
-from kalends import times
+from domain import times
 
 # slow: a real CalDAV server, node (ical.js) and a service with its workers
 pytestmark = pytest.mark.slow

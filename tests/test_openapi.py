@@ -81,7 +81,7 @@ def test_committed_document_is_current(document: dict[str, Any]) -> None:
 
 
 def test_every_operation_appears_exactly_once(document: dict[str, Any]) -> None:
-    from kalends.registry import OPERATIONS
+    from registry import OPERATIONS
 
     ids = [op.get("operationId") for _, _, op in _operations(document)]
     assert all(isinstance(i, str) and i for i in ids), "an operation has no operationId"
@@ -168,7 +168,7 @@ def test_one_profile_whatever_the_operation(document: dict[str, Any]) -> None:
 def test_lists_that_refuse_repeats_say_so(document: dict[str, Any]) -> None:
     """`uniqueItems` wherever the server refuses a repeated entry, in OpenAPI and in
     the MCP tools' input schemas (the same models)."""
-    from kalends.registry import OPERATIONS
+    from registry import OPERATIONS
 
     schemas = document["components"]["schemas"]
     unique = {
@@ -198,7 +198,7 @@ def test_every_advertised_default_is_accepted(document: dict[str, Any]) -> None:
     """A client or a model that sends the advertised default must not get a 400: a
     default is valid against its own schema (OpenAPI and MCP input schemas alike)."""
     jsonschema = pytest.importorskip("jsonschema")
-    from kalends.registry import OPERATIONS
+    from registry import OPERATIONS
 
     components = document["components"]["schemas"]
     found = 0

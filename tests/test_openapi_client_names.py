@@ -63,8 +63,8 @@ def test_no_tag_is_split_into_odd_modules(document: dict[str, Any], client: Path
 
 def test_rsvp_toolset_keeps_its_name() -> None:
     import kalends.service.app  # noqa: F401  (registers every operation)
-    from kalends.registry import OPERATIONS
     from mcp_bridge.toolsets import toolset
+    from registry import OPERATIONS
 
     assert {toolset(OPERATIONS[n]) for n in (
         "listEventRsvps", "createEventRsvp", "updateEventRsvp", "deleteEventRsvp",

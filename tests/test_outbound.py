@@ -1,5 +1,5 @@
-"""Guarded outbound HTTP (kalends.outbound) and client metadata documents
-(kalends.oauth.client_metadata), against real HTTP servers on loopback.
+"""Guarded outbound HTTP (domain.outbound) and client metadata documents
+(domain.oauth.client_metadata), against real HTTP servers on loopback.
 
 A refusal must happen before any connection: the tests put a server where a
 request would land and check that it saw nothing.
@@ -22,8 +22,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
-from kalends import outbound
-from kalends.oauth.client_metadata import (
+from domain import outbound
+from domain.oauth.client_metadata import (
     ClientMetadata,
     ClientMetadataError,
     ClientMetadataFetcher,

@@ -10,9 +10,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_layout import PACKAGES
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("kalends", "graph", "rest_bridge", "mcp_bridge", "db")
 
 
 @pytest.mark.slow

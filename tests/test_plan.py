@@ -26,7 +26,7 @@ from conftest import Api, LiveServer, new_event, new_profile
 from graphql import ExecutionResult, parse, validate
 
 from graph.plan import Plan, Unsupported, compile_operation
-from kalends.registry import OPERATIONS
+from registry import OPERATIONS
 
 # ---------------------------------------------------------------------------
 # The product's operations

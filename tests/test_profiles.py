@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from kalends import accounts
-from kalends.validation import HTTP_URL_PATTERN, Url
+from domain import accounts
+from domain.validation import HTTP_URL_PATTERN, Url
 
 MISSING = "prf_" + "0" * 32
 

@@ -29,8 +29,8 @@ from processes import (
     wait_listening,
 )
 
-from kalends.service import config
-from kalends.service.config import Rate, Settings
+from domain import config
+from domain.config import Rate, Settings
 
 QUOTA = 5
 WINDOW = 3600
@@ -140,7 +140,7 @@ async def test_one_quota_across_rest_graphql_and_mcp(
 
 
 async def test_the_limit_is_per_consumer(limited: LiveServer, limited_api: Api) -> None:
-    from kalends import accounts
+    from domain import accounts
 
     ann = await asyncio.to_thread(limited.create_user)
     bob = await asyncio.to_thread(limited.create_user)

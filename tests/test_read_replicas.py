@@ -43,8 +43,7 @@ from test_metrics import samples_of, value
 from db import embedded, replicas
 from db.database import Database
 from db.migrate import migrate
-from kalends import accounts
-from kalends.service import config
+from domain import accounts, config
 
 # slow: a streaming replica (pg_basebackup) and serve processes (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::ResourceWarning")]

@@ -1,4 +1,4 @@
-"""kalends.recurrence: RRULE validation and bounded, zone-aware expansion (pure unit tests)."""
+"""domain.recurrence: RRULE validation and bounded, zone-aware expansion (pure unit tests)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from dateutil.rrule import rrulestr  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kalends import recurrence
-from kalends.errors import ApiError
-from kalends.recurrence import MAX_RULE_LENGTH, Expansion, Occurrence, check, occurrences
+from core.errors import ApiError
+from domain import recurrence
+from domain.recurrence import MAX_RULE_LENGTH, Expansion, Occurrence, check, occurrences
 
 NY = ZoneInfo("America/New_York")
 RFC_START = datetime(1997, 9, 2, 9, 0)  # DTSTART;TZID=America/New_York:19970902T090000

@@ -13,9 +13,9 @@ from dateutil.rrule import rrulestr  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kalends import recurrence
-from kalends.errors import ApiError
-from kalends.recurrence import Occurrence, check, last_occurrence, occurrences
+from core.errors import ApiError
+from domain import recurrence
+from domain.recurrence import Occurrence, check, last_occurrence, occurrences
 
 _ZONES = st.sampled_from(["Europe/Paris", "America/New_York", "Australia/Lord_Howe",
                           "America/Sao_Paulo", "Pacific/Chatham", "Asia/Tokyo", "UTC"])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import kalends.service.app  # noqa: F401  (prepares the registry)
+import registry
+from core.errors import ApiError
 from graph.schema import schema
-from kalends import registry
-from kalends.errors import ApiError
-from kalends.registry import OPERATIONS, Mcp, Operation, bind_flat
+from registry import OPERATIONS, Mcp, Operation, bind_flat
 
 ISSUE_2_OPERATIONS = {
     "listOrganizations", "listProfiles", "createProfile", "getProfile", "updateProfile",

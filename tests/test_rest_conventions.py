@@ -13,8 +13,8 @@ import orjson
 import pytest
 from conftest import assert_error
 
-from kalends import accounts
-from kalends.registry import OPERATIONS
+from domain import accounts
+from registry import OPERATIONS
 from rest_bridge import feeds
 
 BAD = "prf_" + "z" * 32
@@ -94,7 +94,7 @@ async def test_authentication_failures(live_server: Any, api: Any, user: Any) ->
 
 async def test_revoked_key_stops_working(live_server: Any, api: Any, user: Any) -> None:
     from db import accounts as store
-    from kalends.auth import hash_key
+    from domain.auth import hash_key
 
     assert (await api.get("/v1/profiles", user))[0] == 200
     assert live_server.call(store.revoke_key(live_server.db, hash_key(user.api_key)))
@@ -226,7 +226,7 @@ async def _raw(base: str, data: bytes) -> tuple[int, dict[str, str], bytes]:
 async def test_what_the_http_parser_refuses_gets_the_envelope(live_server: Any, raw: bytes,
                                                              expected: int, code: str,
                                                              caplog: Any) -> None:
-    """aiohttp's parser refuses these before any middleware runs (kalends/web/protocol.py):
+    """aiohttp's parser refuses these before any middleware runs (web/protocol.py):
     still the error envelope, and one access line at info, no error or traceback."""
     caplog.set_level(logging.INFO)
     status, headers, body = await _raw(live_server.url, raw)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import assert_error, new_event, new_profile
 
-from kalends import accounts
+from domain import accounts
 
 RSVP_KEYS = {
     "id", "event_id", "attendee_email", "attendee_first_name", "attendee_last_name",

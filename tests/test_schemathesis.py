@@ -48,7 +48,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
-from kalends.registry import OPERATIONS
+from registry import OPERATIONS
 from rest_bridge import feeds
 
 MAX_EXAMPLES = int(os.environ.get("KALENDS_FUZZ_EXAMPLES", "20"))

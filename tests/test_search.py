@@ -19,7 +19,7 @@ import pytest
 from conftest import assert_error, new_event, new_profile, walk
 
 from db import search as search_sql
-from kalends import accounts
+from domain import accounts
 
 ITEM_KEYS = {
     "type", "id", "title", "description", "rank", "image_url", "slug", "profile_handle",

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from conftest import assert_error, handle, new_event, new_profile, walk
 
-from kalends import accounts
+from domain import accounts
 
 SERIES_KEYS = {"id", "profile_id", "name", "slug", "description", "is_private", "created_at", "updated_at"}
 PREVIEW_KEYS = {

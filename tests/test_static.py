@@ -8,9 +8,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from test_layout import PACKAGES
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ["kalends", "graph", "rest_bridge", "mcp_bridge", "db"]
+
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,7 @@ from conftest import assert_error, handle, insert_connected_calendar, new_event,
 
 from db import sync as sync_store
 from db.database import Tx
-from kalends import ids
+from domain import ids
 
 SUB_KEYS = {"id", "profile_id", "series_id", "subscription_type", "is_active", "access_valid",
             "include_personal_calendar", "created_at", "updated_at"}
@@ -209,7 +209,7 @@ async def test_a_deleted_profile_leaves_the_calendar(api: Any, make_user: Any) -
 async def test_members_of_the_organization_get_its_private_events(
     api: Any, make_user: Any, live_server: Any
 ) -> None:
-    from kalends import accounts
+    from domain import accounts
 
     owner, profile = await publisher(api, make_user)
     member = await make_user()

@@ -19,13 +19,23 @@ pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parent
 
 
-def test_one_ctrl_c_stops_the_run_and_its_servers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [
+    # In this process: a single file runs here, as `-n0` and `-p no:xdist` do.
+    (),
+    # On pytest-xdist's workers, as the whole suite runs (tests/conftest.py): the
+    # terminal's SIGINT reaches the workers too, and each stops its own servers.
+    ("-n", "2", "--dist", "loadfile"),
+], ids=["in-process", "xdist"])
+def test_one_ctrl_c_stops_the_run_and_its_servers(tmp_path: Path, workers: tuple[str, ...]
+                                                  ) -> None:
     ready = tmp_path / "ready"
-    env = {**os.environ, "KALENDS_PROBE_READY": str(ready),
-           "KALENDS_TEST_DATA_DIR": str(tmp_path)}
+    # Not this run's xdist worker's variables: the probe's run is a session of its own.
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("PYTEST_XDIST_")}
+    env.update(KALENDS_PROBE_READY=str(ready), KALENDS_TEST_DATA_DIR=str(tmp_path))
     env.pop("DATABASE_URL", None)  # the probe starts an embedded server of its own
     run = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers,
          str(TESTS / "probe_interrupt.py")],
         cwd=TESTS.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True)

@@ -1,4 +1,4 @@
-"""kalends.times: time shapes, zones, DST gaps and folds, and the create/update/
+"""domain.times: time shapes, zones, DST gaps and folds, and the create/update/
 reschedule rules for event times. Pure unit tests: no database, no server."""
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from graph.scalars import SCALARS, Timestamp
-from kalends.errors import ApiError
-from kalends.times import (
+from core.errors import ApiError
+from domain.times import (
     DATE_PATTERN,
     EXPECTED_SHAPES,
     TIME_PATTERN,
@@ -30,6 +29,7 @@ from kalends.times import (
     resolve_update,
     zone,
 )
+from graph.scalars import SCALARS, Timestamp
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")

@@ -26,7 +26,7 @@ import pytest
 from conftest import Api, LiveServer, User, assert_error, new_event, new_profile
 
 from db.changes import CHANNEL
-from kalends.notify import attendee_mail
+from domain.notify import attendee_mail
 
 HOOK_URL = "https://hooks.invalid/race"  # never resolved: the worker's delivery fails fast
 RACERS = 6

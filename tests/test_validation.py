@@ -1,4 +1,4 @@
-"""Request bodies (kalends/validation.py): a field that may be omitted but not sent as
+"""Request bodies (domain/validation.py): a field that may be omitted but not sent as
 `null` (`Omittable`) refuses null exactly as its type alone does, and every body's
 validation agrees with what its documents advertise about null."""
 
@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import BaseModel, StringConstraints, ValidationError
 
-import kalends.operations  # noqa: F401  (importing them registers the operations)
-from kalends.errors import ApiError
-from kalends.registry import OPERATIONS, honest_defaults
-from kalends.validation import Body, Omittable, _NotNull, validate
+import registry.operations  # noqa: F401  (importing them registers the operations)
+from core.errors import ApiError
+from domain.validation import Body, Omittable, _NotNull, validate
+from registry import OPERATIONS, honest_defaults
 
 Name = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 

@@ -30,7 +30,7 @@ from aiohttp import web
 from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from kalends.service import config
+from domain import config
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULE = (0.0, 0.3, 0.3, 0.3, 0.3)
@@ -488,7 +488,7 @@ async def test_a_rotated_secret_signs_beside_the_old_one_for_24_hours(
 async def test_a_secret_sealed_under_another_key_sends_nothing_and_says_why(
     hapi: Api, hooks: LiveServer, receiver: Receiver,
 ) -> None:
-    from kalends.connected.vault import Vault
+    from domain.connected.vault import Vault
 
     owner, profile, endpoint = await _setup(hapi, hooks, receiver.url + "/other-key")
     async with hooks_conn(hooks) as conn:
@@ -671,7 +671,7 @@ async def test_two_worker_processes_keep_each_events_messages_in_order_and_one_a
     first attempt. Each event's messages are accepted in the order of its changes,
     no two requests about one event overlap, and the endpoint never has more
     requests in flight than its bound."""
-    from kalends.notify.webhook_delivery import PER_ENDPOINT
+    from domain.notify.webhook_delivery import PER_ENDPOINT
 
     dsn, live = jobless
     requests: list[_Request] = []

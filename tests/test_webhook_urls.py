@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 from conftest import Api, assert_error, new_profile
 
-from kalends import outbound
-from kalends.errors import ApiError
-from kalends.notify import webhooks
+from core.errors import ApiError
+from domain import outbound
+from domain.notify import webhooks
 
 GOOD = "https://hooks.invalid/kalends"
 

@@ -16,8 +16,8 @@ import orjson
 import pytest
 from conftest import Api, LiveServer, User, assert_error, new_event, new_profile
 
-from kalends import accounts
-from kalends.notify.webhooks import EVENT_TYPES
+from domain import accounts
+from domain.notify.webhooks import EVENT_TYPES
 
 FIELDS = {"id", "profile_id", "url", "event_types", "is_active", "disabled_reason",
           "created_at", "updated_at"}

@@ -27,10 +27,10 @@ import pytest
 from conftest import Api, LiveServer, User, new_event, new_profile, own_server
 
 from db.accounts import LIVE_LOCK
-from graph import ws
-from kalends import accounts
-from kalends.auth import hash_key
-from kalends.service.config import Rate, Settings
+from domain import accounts
+from domain.auth import hash_key
+from domain.config import Rate, Settings
+from graph_bridge import ws
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMED = {"start_time": "2031-05-06T10:00", "start_timezone": "Europe/Paris"}

@@ -10,36 +10,33 @@ from datetime import timedelta
 
 from aiohttp import web
 
-import kalends.operations  # noqa: F401  (registers every operation)
 import mcp_bridge
+import registry
+import registry.operations
+from core.errors import ApiError
 from db import ratelimits
 from db import search as search_store
 from db import webhooks as webhook_store
 from db.database import Database
 from db.replicas import Reads
-from graph import http as graph_http
-from graph import ide
-from graph import ws as graph_ws
+from domain import agenda, config, cpu, housekeeping, instance_secrets, jobs
+from domain.connected.engine import open_vault
+from domain.pagination import Cursors
 from graph.context import Services
 from graph.schema import schema
-from kalends import agenda, cpu, instance_secrets, registry
-from kalends.connected.engine import open_vault
-from kalends.errors import ApiError
-from kalends.pagination import Cursors
-from kalends.registry import payloads as webhook_payloads
-from kalends.service import config, housekeeping, job_handlers, jobs
-from kalends.service.services import DRAIN, SERVICES, SETTINGS
-from kalends.web import metrics, protocol
-from kalends.web.draining import Drain
-from kalends.web.guard import (
-    ERROR_BODIES,
-    error_envelopes,
-    guard,
-    request_context,
-    require_api_key,
-)
-from kalends.web.responses import json_response
+from graph_bridge import http as graph_http
+from graph_bridge import ide
+from graph_bridge import ws as graph_ws
+from kalends.service import job_handlers
+from oauth_bridge import http as oauth_routes
+from registry import payloads as webhook_payloads
+from registry.toolsets import toolsets
 from rest_bridge import feeds, openapi, routes
+from web import metrics, protocol
+from web.draining import Drain
+from web.guard import ERROR_BODIES, error_envelopes, guard, request_context, require_api_key
+from web.responses import json_response
+from web.services import DRAIN, SERVICES, SETTINGS
 
 log = logging.getLogger("kalends.app")
 MAX_BODY = 1024 * 1024
@@ -76,7 +73,9 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
                             sync_interval=settings.sync_interval,
                             vault=open_vault(settings),
                             webhook_allow_http=settings.webhook_allow_http,
-                            reads=read_replicas)
+                            reads=read_replicas,
+                            toolsets=tuple((name, len(ops)) for name, ops in
+                                           toolsets(registry.OPERATIONS.values()).items()))
         app[SERVICES] = dataclasses.replace(
             services, webhook_render=webhook_payloads.renderer(services, schema._schema))
         # Keep the rate-limit table as small as the set of recently active callers.
@@ -139,6 +138,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
     routes.setup(app)
     feeds.setup(app)
     mcp_bridge.setup(app, settings)
+    oauth_routes.setup(app, settings)
     return app
 
 

@@ -28,16 +28,16 @@ from urllib.parse import parse_qsl, urlsplit
 import asyncpg
 import orjson
 
+from core.errors import AdminError
 from db import backup, embedded
 from db.database import Database
 from db.migrate import migrate
-from kalends import accounts, instance_secrets
-from kalends.connected import admin as connected_admin
-from kalends.connected import engine as connected_engine
-from kalends.connected.provider import PROVIDERS
-from kalends.errors import AdminError
-from kalends.oauth import keys as oauth_keys
-from kalends.service import config, logs
+from domain import accounts, config, instance_secrets
+from domain.connected import admin as connected_admin
+from domain.connected import engine as connected_engine
+from domain.connected.provider import PROVIDERS
+from domain.oauth import keys as oauth_keys
+from kalends.service import logs
 
 
 class _CannotStart(Exception):
@@ -138,7 +138,7 @@ def _why(exc: BaseException, url: str) -> str:
 
 
 def _count_restart() -> None:
-    from kalends.web import metrics
+    from web import metrics
 
     metrics.embedded_db_restarted()
 
@@ -360,7 +360,7 @@ def _exit_now() -> None:
 
 
 def _drain_then_exit(app: Any) -> None:
-    from kalends.service.services import DRAIN, SETTINGS
+    from web.services import DRAIN, SETTINGS
 
     _LOG.info("draining", extra={"pid": os.getpid()})
     drained = asyncio.ensure_future(
@@ -454,7 +454,8 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 async def _run_worker(dsn: str, settings: config.Settings) -> None:
-    from kalends.service import job_handlers, jobs
+    from domain import jobs
+    from kalends.service import job_handlers
 
     await migrate(dsn)
     db = await Database.connect(dsn, min_size=1, max_size=20)

@@ -6,10 +6,9 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from db.database import Database
-from kalends import sync
-from kalends.connected.engine import connected_jobs, open_vault
-from kalends.notify import attendee_mail, webhook_delivery
-from kalends.service import config, jobs
+from domain import config, jobs, sync
+from domain.connected.engine import connected_jobs, open_vault
+from domain.notify import attendee_mail, webhook_delivery
 
 
 def all_handlers(settings: config.Settings, connected: Mapping[str, jobs.Handler],
