@@ -127,7 +127,8 @@ def test_feed_and_imip_read_alike_by_icaljs_recurring_ical_events_and_the_agenda
     # A Sunday start that BYDAY=MO,TH does not select: the agenda has 8.
     {"start_time": "2027-03-07T09:00", "end_time": "2027-03-07T10:00",
      "recurrence_rule": "FREQ=WEEKLY;BYDAY=MO,TH;COUNT=8"},
-    # The prefix the spec allows, with UNTIL first.
+    # The `RRULE:` prefix a request may write (docs/api-choices.md, "Events, RSVPs and
+    # series"), with UNTIL first.
     {"start_time": "2027-06-07T16:00", "end_time": "2027-06-07T17:00",
      "recurrence_rule": "RRULE:UNTIL=20270930T000000Z;BYDAY=MO;FREQ=WEEKLY"},
     # Summer after 2038, all-day and a DST gap.

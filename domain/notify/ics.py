@@ -59,7 +59,8 @@ def uid(event_id: str) -> str:
 
 
 def rule_text(rule: str) -> str:
-    """The RRULE value alone: the spec lets a request write the `RRULE:` prefix."""
+    """The RRULE value alone: a request may write the `RRULE:` prefix (docs/api-choices.md,
+    "Events, RSVPs and series")."""
     text = rule.strip()
     if text[:6].upper() == "RRULE:":
         text = text[6:]
