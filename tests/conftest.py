@@ -93,13 +93,24 @@ _PROCESS_FIXTURES = frozenset({"services", "browser"})
 uses one is marked slow, so the fast loop (`pytest -m "not slow"`) stays fast."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+_UNMARKED = pytest.StashKey[set[str]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     unmarked = [item.nodeid for item in items
                 if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
                 and item.get_closest_marker("slow") is None]
-    if unmarked:
+    if unmarked and not hasattr(config, "workerinput"):
         raise pytest.UsageError("these tests start processes: mark them @pytest.mark.slow: "
                                 + ", ".join(unmarked))
+    # On an xdist worker a UsageError is lost in the controller's INTERNALERROR: each such
+    # test fails instead, saying why.
+    config.stash[_UNMARKED] = set(unmarked)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.nodeid in item.config.stash.get(_UNMARKED, set()):
+        pytest.fail("this test starts processes: mark it @pytest.mark.slow", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

