@@ -15,7 +15,7 @@ import json
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -37,7 +37,8 @@ from test_cli import email, no_object, one_object, run_admin
 import db.migrate
 from core.errors import AdminError
 from db import backup, embedded
-from domain import config, instance_secrets
+from db.database import Database
+from domain import accounts, config, instance_secrets
 from domain.connected.vault import Vault
 from domain.oauth import keys
 
@@ -447,16 +448,35 @@ def test_default_setup_round_trip(data_dir: Path, tmp_path: Path) -> None:
         finally:
             embedded.stop(server)
 
+    def fill(work: Callable[[Database], Awaitable[object]]) -> None:
+        """What the commands below back up and restore, written here in one start of
+        the embedded database (one command each would only start it more often: the
+        admin commands themselves are tests/test_cli.py's)."""
+        dsn, server = embedded.start(data_dir)
+
+        async def run() -> None:
+            database = await Database.connect(dsn, min_size=1, max_size=1)
+            try:
+                await work(database)
+            finally:
+                await database.close()
+
+        try:
+            asyncio.run(run())
+        finally:
+            embedded.stop(server)
+
+    async def choir(database: Database) -> None:
+        await accounts.create_user(database, bob)
+        org = await accounts.create_organization(database, "Choir", alice)
+        await accounts.add_member(database, org["organization_id"], bob, "member")
+        await accounts.create_calendar(database, alice, "Rehearsals")
+
     alice, bob = email("alice"), email("bob")
+    # The first command makes the data directory's database, as on a fresh machine.
     _quiet(admin("create-user", "--email", alice, "--name", "Alice", "--timezone",
                  "Europe/Paris"), USER)
-    _quiet(admin("create-user", "--email", bob), USER)
-    org = _quiet(admin("create-organization", "--name", "Choir", "--owner", alice),
-                 {"organization_id"})
-    _quiet(admin("add-member", "--organization", str(org["organization_id"]), "--email", bob,
-                 "--role", "member"), {"organization_id", "email", "role"})
-    _quiet(admin("create-calendar", "--email", alice, "--name", "Rehearsals"),
-           {"calendar_id"})
+    fill(choir)
     target = tmp_path / "kalends.dump"
     made = _quiet(admin("backup", "--to", str(target)), BACKUP)
     assert made == {"backup": str(target), "bytes": target.stat().st_size,
@@ -466,9 +486,12 @@ def test_default_setup_round_trip(data_dir: Path, tmp_path: Path) -> None:
     assert at_backup["users"][0] == 2 and at_backup["calendars"][0] == 3
 
     later = email("later")
-    _quiet(admin("create-user", "--email", later), USER)
-    _quiet(admin("create-calendar", "--email", alice, "--name", "Tours"),
-           {"calendar_id"})
+
+    async def tour(database: Database) -> None:
+        await accounts.create_user(database, later)
+        await accounts.create_calendar(database, alice, "Tours")
+
+    fill(tour)
     changed = everything()
     assert changed != at_backup
 

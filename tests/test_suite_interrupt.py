@@ -28,6 +28,8 @@ TESTS = Path(__file__).resolve().parent
 ], ids=["in-process", "xdist"])
 def test_one_ctrl_c_stops_the_run_and_its_servers(tmp_path: Path, workers: tuple[str, ...]
                                                   ) -> None:
+    if workers:
+        pytest.importorskip("xdist")  # the test extra's; -p no:xdist alone leaves it installed
     ready = tmp_path / "ready"
     # Not this run's xdist worker's variables: the probe's run is a session of its own.
     env = {name: value for name, value in os.environ.items()
