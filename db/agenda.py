@@ -38,6 +38,8 @@ def _kinds(columns: str, first: int, ids: str | None = None) -> str:
     # A series is read when its own range meets the window, or when one of its
     # source's occurrences was moved into the window from outside that range (before
     # the series starts, after it ends): migration 0028's indexes of moved occurrences.
+    # Those events are found once (an array, not a join), so that the copies are looked
+    # up by calendar and source together, never among every calendar's copies.
     in_range = f"""coalesce(ce.recurrence_end, 'infinity'::timestamptz) >= {start}
           AND CASE WHEN ce.is_all_day THEN ce.start_date < {end_day}
                    ELSE ce.start_time < {end} END"""
@@ -60,7 +62,7 @@ def _kinds(columns: str, first: int, ids: str | None = None) -> str:
         UNION ALL
         {chosen}
           AND ce.recurrence_rule IS NOT NULL AND NOT ({in_range})
-          AND ce.source_event_id IN ({moved_into})
+          AND ce.source_event_id = ANY(ARRAY({moved_into}))
         UNION ALL
         {chosen}
           AND ce.recurrence_rule IS NULL AND NOT ce.is_all_day

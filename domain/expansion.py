@@ -326,7 +326,7 @@ def slot_of(start: datetime, start_date: date | None) -> str:
     `YYYYMMDDTHHMMSSZ`, or its date as `YYYYMMDD` when it is all-day."""
     if start_date is None:
         return times.compact_utc(start)
-    return f"{start_date.year:04d}{start_date.month:02d}{start_date.day:02d}"
+    return times.compact_date(start_date)
 
 
 def _moved(change: Mapping[str, Any]) -> bool:

@@ -758,6 +758,11 @@ def utc_text(instant: datetime) -> str:
     return _in_utc(instant).replace(tzinfo=None, microsecond=0).isoformat() + "Z"
 
 
+def compact_date(day: date) -> str:
+    """`YYYYMMDD` (RFC 5545's DATE form), the year padded as in `utc_text`."""
+    return f"{day.year:04d}{day.month:02d}{day.day:02d}"
+
+
 def compact_utc(instant: datetime) -> str:
     """`YYYYMMDDTHHMMSSZ` (RFC 5545's UTC form), the year padded as in `utc_text`."""
     u = _in_utc(instant)

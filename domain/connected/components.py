@@ -81,7 +81,7 @@ def slot_key(m: Moment, zone: str | None) -> str:
     """The key of an original start: matches RECURRENCE-ID and EXDATE values to
     occurrences whatever zone each was written in."""
     if not isinstance(m, datetime):
-        return m.strftime("%Y%m%d") if m.year >= 1000 else m.isoformat().replace("-", "")
+        return times.compact_date(m)
     if is_floating(m, zone):
         return times.compact_utc(m.replace(tzinfo=UTC)).removesuffix("Z")
     return times.compact_utc(instant(m, zone))

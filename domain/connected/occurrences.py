@@ -48,11 +48,7 @@ class Found(NamedTuple):
         # Made when asked: the agenda asks only for the occurrences it may keep, a
         # few hundred of the thousands a month of weekly masters holds.
         day = self.original
-        if isinstance(day, datetime):
-            stamp = times.compact_utc(day)
-        else:
-            stamp = day.strftime("%Y%m%d") if day.year >= 1000 else \
-                day.isoformat().replace("-", "")
+        stamp = times.compact_utc(day) if isinstance(day, datetime) else times.compact_date(day)
         return f"{self.event_id}:{stamp}"
 
 
@@ -285,7 +281,7 @@ def _all_day_slots(c: Component, w: Bounds, limit: int
         end_day = day + length
         if day < w.end_day and end_day > w.first_day:
             slots.append((times.local_midnight(day, w.tz), times.local_midnight(end_day, w.tz),
-                          (day, end_day), day.strftime("%Y%m%d")))
+                          (day, end_day), times.compact_date(day)))
     return slots, reason, work
 
 
