@@ -35,20 +35,25 @@ def _kinds(columns: str, first: int, ids: str | None = None) -> str:
     if ids is None:
         ids, first = f"${first}::text[]", first + 1
     start, end, first_day, end_day = (f"${first + k}" for k in range(4))
-    # A series is read when its own range meets the window, or when one of its
-    # source's occurrences was moved into the window from outside that range (before
-    # the series starts, after it ends): migration 0028's indexes of moved occurrences.
-    # Those events are found once (an array, not a join), so that the copies are looked
-    # up by calendar and source together, never among every calendar's copies.
-    in_range = f"""coalesce(ce.recurrence_end, 'infinity'::timestamptz) >= {start}
+    # A series is read when its own range meets the window, widened by the most an
+    # occurrence moved near its slot can lie outside that range (7 days before, 8
+    # after: the bounds of db/occurrences.py's `_FAR`), or when one of its source's
+    # occurrences was moved far, into the window (migration 0030's indexes). Those far
+    # moves are rare, and found once (an array); each of this reader's calendars is
+    # then looked up with each such event, by the index of copies (calendar, source),
+    # so no other calendar's copy is read.
+    in_range = f"""coalesce(ce.recurrence_end, 'infinity'::timestamptz)
+              >= {start}::timestamptz - interval '8 days'
           AND CASE WHEN ce.is_all_day THEN ce.start_date < {end_day}
-                   ELSE ce.start_time < {end} END"""
+                   ELSE ce.start_time < {end}::timestamptz + interval '7 days' END"""
     moved_into = f"""
         SELECT o.event_id FROM event_occurrences o
         WHERE o.start_time IS NOT NULL
+          AND (o.original_start - o.start_time > interval '7 days'
+               OR coalesce(o.end_time, o.start_time) - o.original_start > interval '8 days')
           AND tstzrange(o.start_time, coalesce(o.end_time, o.start_time), '[]')
               && tstzrange({start}, {end}, '[)')
-        UNION ALL
+        UNION
         SELECT o.event_id FROM event_occurrences o
         WHERE o.start_date IS NOT NULL
           AND daterange(o.start_date, o.end_date) && daterange({first_day}, {end_day})"""
@@ -60,9 +65,13 @@ def _kinds(columns: str, first: int, ids: str | None = None) -> str:
         {chosen}
           AND ce.recurrence_rule IS NOT NULL AND {in_range}
         UNION ALL
-        {chosen}
+        SELECT ce.id, ce.calendar_id, {columns}
+        FROM unnest({ids}) AS reader(calendar_id)
+        CROSS JOIN unnest(ARRAY({moved_into})) AS moved(event_id)
+        JOIN calendar_events ce ON ce.calendar_id = reader.calendar_id
+                               AND ce.source_event_id = moved.event_id
+        WHERE ce.status <> 'cancelled'
           AND ce.recurrence_rule IS NOT NULL AND NOT ({in_range})
-          AND ce.source_event_id = ANY(ARRAY({moved_into}))
         UNION ALL
         {chosen}
           AND ce.recurrence_rule IS NULL AND NOT ce.is_all_day

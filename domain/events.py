@@ -191,7 +191,7 @@ AS_SENT = ("title", "description", "location", "image_url", "is_private", "requi
 
 
 async def create(
-    db: Database, profile: asyncpg.Record, data: ProfileEventCreate, render: webhooks.Render
+    db: Database, profile: asyncpg.Record, data: ProfileEventCreate
 ) -> str:
     fields = data.model_dump(exclude_unset=True)
     values: dict[str, Any] = {k: fields[k] for k in AS_SENT if k in fields}
@@ -202,7 +202,7 @@ async def create(
         try:
             async with db.transaction() as tx:
                 await store.insert(tx, event_id, profile["id"], {**values, "slug": fields["slug"]})
-                await changed(tx, profile["id"], event_id, render, "event.created")
+                await changed(tx, profile["id"], event_id, "event.created")
         except asyncpg.UniqueViolationError:
             raise slug_taken(fields["slug"]) from None
         return event_id
@@ -212,7 +212,7 @@ async def create(
         try:
             async with db.transaction() as tx:
                 await insert_derived(tx, profile["id"], event_id, values)
-                await changed(tx, profile["id"], event_id, render, "event.created")
+                await changed(tx, profile["id"], event_id, "event.created")
             return event_id
         except asyncpg.UniqueViolationError:
             continue
@@ -241,8 +241,7 @@ def slug_taken(slug: str) -> ApiError:
                     param="slug")
 
 
-async def update(db: Database, row: asyncpg.Record, data: EventUpdate,
-                 render: webhooks.Render) -> None:
+async def update(db: Database, row: asyncpg.Record, data: EventUpdate) -> None:
     changes = data.model_dump(exclude_unset=True)
 
     async def write(tx: Tx, current: asyncpg.Record) -> None:
@@ -255,13 +254,12 @@ async def update(db: Database, row: asyncpg.Record, data: EventUpdate,
         await store.update(tx, current["id"], values)
         await prune_occurrences(tx, current, values)
     try:
-        await _transition(db, row, write, render, "event.updated")
+        await _transition(db, row, write, "event.updated")
     except asyncpg.UniqueViolationError:
         raise slug_taken(changes["slug"]) from None
 
 
-async def cancel(db: Database, row: asyncpg.Record, data: EventCancel,
-                 render: webhooks.Render) -> None:
+async def cancel(db: Database, row: asyncpg.Record, data: EventCancel) -> None:
     """RSVPs stay, so attendees can be told."""
     async def write(tx: Tx, current: asyncpg.Record) -> None:
         check_open(current)
@@ -270,11 +268,10 @@ async def cancel(db: Database, row: asyncpg.Record, data: EventCancel,
             "cancellation_reason": data.reason,
         })
         await attendee_mail.queue(tx, current)
-    await _transition(db, row, write, render, "event.cancelled")
+    await _transition(db, row, write, "event.cancelled")
 
 
-async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule,
-                     render: webhooks.Render) -> None:
+async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule) -> None:
     """A new time, allowed on a cancelled event too: it reopens it. An omitted
     end keeps the duration the event has when the reschedule commits."""
     fields = data.model_dump(exclude_unset=True)
@@ -288,17 +285,17 @@ async def reschedule(db: Database, row: asyncpg.Record, data: EventReschedule,
         })
         await prune_occurrences(tx, current, times.columns(t))
         await attendee_mail.queue(tx, current)
-    await _transition(db, row, write, render, "event.rescheduled")
+    await _transition(db, row, write, "event.rescheduled")
 
 
-async def delete(db: Database, row: asyncpg.Record, render: webhooks.Render) -> None:
+async def delete(db: Database, row: asyncpg.Record) -> None:
     await _transition(db, row, lambda tx, current: store.delete(tx, current["id"]),
-                      render, "event.deleted")
+                      "event.deleted")
 
 
 async def _transition(db: Database, row: asyncpg.Record,
                       write: Callable[[Tx, asyncpg.Record], Awaitable[None]],
-                      render: webhooks.Render, event_type: webhooks.EventType) -> None:
+                      event_type: webhooks.EventType) -> None:
     """A change to an existing event, decided at commit (docs/api-choices.md, "Events, RSVPs and
     series").
 
@@ -315,20 +312,20 @@ async def _transition(db: Database, row: asyncpg.Record,
         if current is None:  # deleted since it was read
             raise not_found("event", param="event_id")
         if event_type == "event.deleted":  # the payload is the event as it was
-            await webhooks.record(tx, render, event_type, row["profile_id"], "event",
+            await webhooks.record(tx, event_type, row["profile_id"], "event",
                                   {"event_id": row["id"]})
             await write(tx, current)
             await sync.event_changed(tx, row["id"])
             return
         await write(tx, current)
-        await changed(tx, row["profile_id"], row["id"], render, event_type)
+        await changed(tx, row["profile_id"], row["id"], event_type)
 
 
-async def changed(tx: Tx, profile_id: str, event_id: str, render: webhooks.Render,
+async def changed(tx: Tx, profile_id: str, event_id: str,
                   event_type: webhooks.EventType) -> None:
     """Subscribers' copies are synced, and webhooks told."""
     await sync.event_changed(tx, event_id)
-    await webhooks.record(tx, render, event_type, profile_id, "event", {"event_id": event_id})
+    await webhooks.record(tx, event_type, profile_id, "event", {"event_id": event_id})
 
 
 _SLOT_SHAPING = ("start_time", "start_timezone", "recurrence_rule", "is_all_day", "start_date")

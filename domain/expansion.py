@@ -9,7 +9,7 @@ construction:
   (10,000 occurrences and a bounded walk; free/busy gives one to each person), and
   the expanders under this module (`recurrence.occurrences`,
   `connected.occurrences.expand`) are called from nowhere else:
-  tests/test_expansion.py walks the source and fails on any other caller.
+  tests/domain/test_expansion.py walks the source and fails on any other caller.
 - No expansion on the event loop: each function refuses to run on a thread that
   runs one (`_off_loop`); async code calls `run`, which hands the work to the CPU
   pool (`domain.cpu`), so `/healthz` answers while any document expands.

@@ -174,7 +174,7 @@ def _window(row: asyncpg.Record, w: expansion.Window, budget: expansion.Budget,
 
 
 async def update(db: Database, row: asyncpg.Record, occurrence_id: str,
-                 data: events.OccurrenceUpdate, render: webhooks.Render,
+                 data: events.OccurrenceUpdate,
                  budget: expansion.Budget) -> str:
     """Change one occurrence; returns its slot. `{}` changes nothing."""
     sent = data.model_dump(exclude_unset=True)
@@ -192,12 +192,12 @@ async def update(db: Database, row: asyncpg.Record, occurrence_id: str,
                 return slot
         else:
             await _save(tx, current, slot, own, values)
-        await _told(tx, current, slot, render, "occurrence.updated")
+        await _told(tx, current, slot, "occurrence.updated")
     return slot
 
 
 async def cancel(db: Database, row: asyncpg.Record, occurrence_id: str,
-                 data: events.EventCancel, render: webhooks.Render,
+                 data: events.EventCancel,
                  budget: expansion.Budget) -> str:
     """Cancel one occurrence; its own changes stay, for a restore to drop."""
     async with db.transaction() as tx:
@@ -208,18 +208,18 @@ async def cancel(db: Database, row: asyncpg.Record, occurrence_id: str,
         values = _kept(own)
         values.update(status="cancelled", cancellation_reason=data.reason)
         await _save(tx, current, slot, own, values)
-        await _told(tx, current, slot, render, "occurrence.cancelled")
+        await _told(tx, current, slot, "occurrence.cancelled")
     return slot
 
 
 async def restore(db: Database, row: asyncpg.Record, occurrence_id: str,
-                  render: webhooks.Render, budget: expansion.Budget) -> str:
+                  budget: expansion.Budget) -> str:
     """One occurrence as the rule makes it again: its changes and cancellation go.
     One that has none is left as it is, and nothing is told."""
     async with db.transaction() as tx:
         current, slot, _ = await _locked(tx, row, occurrence_id, budget)
         if await store.delete(tx, current["id"], slot):
-            await _told(tx, current, slot, render, "occurrence.restored")
+            await _told(tx, current, slot, "occurrence.restored")
     return slot
 
 
@@ -339,13 +339,13 @@ async def _save(tx: Tx, current: asyncpg.Record, slot: str, own: asyncpg.Record 
     await store.save(tx, current["id"], slot, _original_instant(slot), values)
 
 
-async def _told(tx: Tx, current: asyncpg.Record, slot: str, render: webhooks.Render,
+async def _told(tx: Tx, current: asyncpg.Record, slot: str,
                 event_type: webhooks.EventType) -> None:
     """What follows from a change to one occurrence, in its transaction: the webhook
     message (in the event's lane, after its earlier ones) and the change feed's
     notice, the subscribers' sync, and the attendees' mail."""
     await sync.event_changed(tx, current["id"])
-    await webhooks.record(tx, render, event_type, current["profile_id"], "occurrence",
+    await webhooks.record(tx, event_type, current["profile_id"], "occurrence",
                           {"event_id": current["id"],
                            "occurrence_id": f"{current['id']}:{slot}"})
     await attendee_mail.queue_occurrence(tx, current, slot)
@@ -355,7 +355,7 @@ async def _told(tx: Tx, current: asyncpg.Record, slot: str, render: webhooks.Ren
 # Split: this and following
 
 
-async def split(db: Database, row: asyncpg.Record, data: EventSplit, render: webhooks.Render,
+async def split(db: Database, row: asyncpg.Record, data: EventSplit,
                 budget: expansion.Budget) -> str:
     """End the event before occurrence `data.occurrence_id`, and start a new event of
     the same profile at it, with the rest of the rule and the fields sent; returns
@@ -377,9 +377,9 @@ async def split(db: Database, row: asyncpg.Record, data: EventSplit, render: web
             await rsvp_store.copy(tx, current["id"], new_id)
             await store.move(tx, current["id"], new_id, _original_instant(slot))
             await events.prune_occurrences(tx, base, values)
-            await events.changed(tx, current["profile_id"], current["id"], render,
+            await events.changed(tx, current["profile_id"], current["id"],
                                  "event.updated")
-            await events.changed(tx, current["profile_id"], new_id, render, "event.created")
+            await events.changed(tx, current["profile_id"], new_id, "event.created")
     except asyncpg.UniqueViolationError:
         raise events.slug_taken(fields.get("slug") or str(fields.get("title", ""))) from None
     return new_id

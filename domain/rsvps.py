@@ -76,8 +76,8 @@ def check_manageable(rsvp: asyncpg.Record | None, event: asyncpg.Record, viewer:
     return rsvp
 
 
-async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate,
-                 render: webhooks.Render) -> tuple[asyncpg.Record, bool]:
+async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate
+                 ) -> tuple[asyncpg.Record, bool]:
     """Create or replace the caller's RSVP; returns it and whether it is new."""
     async with db.transaction() as tx:
         event = await _lock(tx, event_id)
@@ -87,7 +87,7 @@ async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate,
         for twin in found[1:]:
             # The caller's answer with no address and the one with their own
             # address, both written before the two were one key: the oldest remains.
-            await _record(tx, render, "rsvp.deleted", event, twin)
+            await _record(tx, "rsvp.deleted", event, twin)
             await store.delete(tx, twin["id"])
         status = await _admit(tx, event, data.status, data.num_guests, existing)
         values = data.model_dump()
@@ -96,7 +96,7 @@ async def answer(db: Database, viewer: Viewer, event_id: str, data: RsvpCreate,
             row = await store.insert(tx, ids.new_id("rsvp"), event_id, viewer.user_id, values)
         else:
             row = await store.update(tx, existing["id"], values)
-        await _record(tx, render, "rsvp.updated" if existing else "rsvp.created", event, row)
+        await _record(tx, "rsvp.updated" if existing else "rsvp.created", event, row)
         return row, existing is None
 
 
@@ -109,8 +109,7 @@ def answer_keys(viewer: Viewer, attendee_email: str | None) -> tuple[str, ...]:
     return ("", own) if own is not None and key in ("", own) else (key,)
 
 
-async def change(db: Database, rsvp: asyncpg.Record, data: RsvpUpdate,
-                 render: webhooks.Render) -> asyncpg.Record:
+async def change(db: Database, rsvp: asyncpg.Record, data: RsvpUpdate) -> asyncpg.Record:
     changes = data.model_dump(exclude_unset=True)
     if not changes:
         return rsvp
@@ -124,11 +123,11 @@ async def change(db: Database, rsvp: asyncpg.Record, data: RsvpUpdate,
             changes.get("num_guests", current["num_guests"]), current,
         )
         row = await store.update(tx, current["id"], changes)
-        await _record(tx, render, "rsvp.updated", event, row)
+        await _record(tx, "rsvp.updated", event, row)
         return row
 
 
-async def withdraw(db: Database, rsvp: asyncpg.Record, render: webhooks.Render) -> None:
+async def withdraw(db: Database, rsvp: asyncpg.Record) -> None:
     async with db.transaction() as tx:
         event = await _lock(tx, rsvp["event_id"])
         # Read again under the event's lock: withdrawn (or gone with its event)
@@ -136,13 +135,13 @@ async def withdraw(db: Database, rsvp: asyncpg.Record, render: webhooks.Render) 
         current = await store.by_id(tx, rsvp["id"])
         if current is None:
             raise not_found("RSVP", param="rsvp_id")
-        await _record(tx, render, "rsvp.deleted", event, current)  # as it was
+        await _record(tx, "rsvp.deleted", event, current)  # as it was
         await store.delete(tx, current["id"])
 
 
-async def _record(tx: Tx, render: webhooks.Render, event_type: webhooks.EventType,
+async def _record(tx: Tx, event_type: webhooks.EventType,
                   event: asyncpg.Record, rsvp: asyncpg.Record) -> None:
-    await webhooks.record(tx, render, event_type, event["profile_id"], "rsvp",
+    await webhooks.record(tx, event_type, event["profile_id"], "rsvp",
                           {"event_id": event["id"], "rsvp_id": rsvp["id"]})
 
 

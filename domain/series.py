@@ -75,7 +75,7 @@ async def update(db: Database, row: asyncpg.Record, data: SeriesUpdate) -> None:
         raise _slug_taken(changes.get("slug", row["slug"])) from None
 
 
-async def delete(db: Database, row: asyncpg.Record, render: webhooks.Render, *,
+async def delete(db: Database, row: asyncpg.Record, *,
                  cascade_exclusive_events: bool) -> dict[str, int]:
     """Events in no other series go too only with `cascade_exclusive_events`;
     events shared with another series always stay."""
@@ -84,7 +84,7 @@ async def delete(db: Database, row: asyncpg.Record, render: webhooks.Render, *,
         if members is None:  # deleted by a concurrent request: it was that one's
             raise not_found("series", param="series_id")
         doomed = await store.exclusive_events(tx, row["id"]) if cascade_exclusive_events else []
-        await webhooks.record(tx, render, "event.deleted", row["profile_id"], "event",
+        await webhooks.record(tx, "event.deleted", row["profile_id"], "event",
                               *({"event_id": e} for e in doomed))  # each as it was
         await store.delete(tx, row["id"], doomed)
         # Its subscribers' copies, and the copies of any event deleted with it,

@@ -11,7 +11,6 @@ from db.replicas import Reads
 from domain import expansion, reads
 from domain.auth import Viewer
 from domain.connected.vault import Vault
-from domain.notify.webhooks import Render
 from domain.pagination import Cursors
 from graph.dataloaders import Loaders
 
@@ -27,8 +26,6 @@ class Services:
     vault: Vault | None = None
     """Seals webhook secrets (and connected accounts')."""
     webhook_allow_http: bool = False
-    webhook_render: Render | None = None
-    """Renders webhook payloads (registry/payloads.py); set once built."""
     reads: Reads | None = None
     """Read replicas (db/replicas.py); None: everything on `db`."""
     toolsets: tuple[tuple[str, int], ...] = ()
@@ -56,12 +53,6 @@ class Context:
         self.db = reads.database(self.services.db, self.services.reads, self.viewer,
                                  read_only=self.read_only)
         self.loaders = Loaders(self.db, self.viewer)
-
-    @property
-    def render(self) -> Render:
-        """What a write passes to `domain.notify.webhooks.record`."""
-        assert self.services.webhook_render is not None, "built by create_app"
-        return self.services.webhook_render
 
     @property
     def vault(self) -> Vault:

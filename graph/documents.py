@@ -52,7 +52,7 @@ from graph.plan import (
 MAX_ENTRIES = 1000
 MAX_BYTES = 64 * 1024 * 1024
 # What an entry holds, an upper bound measured with tracemalloc on dashboards'
-# documents (tests/test_graphql_documents.py checks it): the syntax tree and its
+# documents (tests/graph_bridge/test_graphql_documents.py checks it): the syntax tree and its
 # validation take 15-45 KB, plus ~250 bytes per character of text; each compiled
 # form of an operation (graph/plan.py) as much again.
 PARSED_BYTES = 32 * 1024

@@ -45,7 +45,7 @@ async def _create(ctx: Context, profile_id: str, data: domain.ProfileEventCreate
     row = profile_rules.check_administrable(await ctx.loaders.profile.load(profile_id),
                                             ctx.viewer)
     profile_rules.check_live(row)
-    event_id = await domain.create(ctx.db, row, data, ctx.render)
+    event_id = await domain.create(ctx.db, row, data)
     return await reload_event(ctx, event_id)
 
 
@@ -110,14 +110,14 @@ class EventMutations:
         ctx = info.context
         data = parse_input(domain.EventUpdate, input)
         key, row = await administrable(ctx, event_id)
-        await domain.update(ctx.db, row, data, ctx.render)
+        await domain.update(ctx.db, row, data)
         return await reload_event(ctx, key)
 
     @strawberry.mutation(description="Delete an event permanently, with its RSVPs.")
     async def delete_event(self, info: Info, event_id: strawberry.ID) -> bool:
         ctx = info.context
         _, row = await administrable(ctx, event_id)
-        await domain.delete(ctx.db, row, ctx.render)
+        await domain.delete(ctx.db, row)
         return True
 
     @strawberry.mutation(description="Cancel an event; its RSVPs are kept.")
@@ -128,7 +128,7 @@ class EventMutations:
             domain.EventCancel()
         )
         key, row = await administrable(ctx, event_id)
-        await domain.cancel(ctx.db, row, data, ctx.render)
+        await domain.cancel(ctx.db, row, data)
         return await reload_event(ctx, key)
 
     @strawberry.mutation(description="Move an event to a new time; reopens a cancelled one.")
@@ -137,5 +137,5 @@ class EventMutations:
         ctx = info.context
         data = parse_input(domain.EventReschedule, input)
         key, row = await administrable(ctx, event_id)
-        await domain.reschedule(ctx.db, row, data, ctx.render)
+        await domain.reschedule(ctx.db, row, data)
         return await reload_event(ctx, key)

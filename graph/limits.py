@@ -52,7 +52,7 @@ MAX_COST = 2000
 MAX_EXPANSION = 25 * expansion.MAX_OCCURRENCES
 
 SIZES: dict[tuple[str, str], int] = {
-    # Lists of objects without a `limit`: their largest size (tests/test_graphql_limits.py
+    # Lists of objects without a `limit`: their largest size (tests/graph/test_graphql_limits.py
     # fails on a new one missing here).
     ("Agenda", "items"): expansion.MAX_ITEMS,
     ("Agenda", "sources"): 100,  # calendar_ids: at most 100

@@ -109,7 +109,7 @@ class OccurrenceMutations:
         ctx = info.context
         data = parse_input(event_rules.OccurrenceUpdate, input)
         key, row = await _administrable(ctx, event_id)
-        slot = await rules.update(ctx.db, row, occurrence_id, data, ctx.render, ctx.budget)
+        slot = await rules.update(ctx.db, row, occurrence_id, data, ctx.budget)
         return await _after_write(ctx, key, slot)
 
     @strawberry.mutation(description="Cancel one occurrence of a recurring event.")
@@ -120,7 +120,7 @@ class OccurrenceMutations:
         data = parse_input(event_rules.EventCancel, input) if input is not None else (
             event_rules.EventCancel())
         key, row = await _administrable(ctx, event_id)
-        slot = await rules.cancel(ctx.db, row, occurrence_id, data, ctx.render, ctx.budget)
+        slot = await rules.cancel(ctx.db, row, occurrence_id, data, ctx.budget)
         return await _after_write(ctx, key, slot)
 
     @strawberry.mutation(description=(
@@ -129,7 +129,7 @@ class OccurrenceMutations:
                                        occurrence_id: str) -> Occurrence:
         ctx = info.context
         key, row = await _administrable(ctx, event_id)
-        slot = await rules.restore(ctx.db, row, occurrence_id, ctx.render, ctx.budget)
+        slot = await rules.restore(ctx.db, row, occurrence_id, ctx.budget)
         return await _after_write(ctx, key, slot)
 
     @strawberry.mutation(description=(
@@ -140,5 +140,5 @@ class OccurrenceMutations:
         ctx = info.context
         data = parse_input(rules.EventSplit, input)
         _, row = await _administrable(ctx, event_id)
-        return await reload_event(ctx, await rules.split(ctx.db, row, data, ctx.render,
+        return await reload_event(ctx, await rules.split(ctx.db, row, data,
                                                          ctx.budget))

@@ -15,7 +15,7 @@ resolver objects and argument coercion (`get_argument_values`); variables are
 coerced by graphql-core's own functions with each signature and default worked
 out once (`get_variable_values` itself on any error). So a plan answers what
 `graphql.execute` answers: the test suite replays every registry call through
-both (tests/plan_oracle.py), and tests/test_plan.py covers the rest.
+both (tests/plan_oracle.py), and tests/graph/test_plan.py covers the rest.
 
 What a plan does not support (abstract types, `is_type_of`, `@defer`/`@stream`,
 fragment variables, middleware) makes `compile_operation` raise, so a document
@@ -167,7 +167,7 @@ class Text(Source):
     binary search instead of a scan of the text from its start (graphql-core's
     `Source.get_location`), which a document whose 500 fields fail at once (an
     exhausted expansion budget) paid 500 times on the event loop. Same answers:
-    tests/test_plan.py compares them."""
+    tests/graph/test_plan.py compares them."""
 
     def __init__(self, body: str) -> None:
         super().__init__(body)

@@ -78,7 +78,7 @@ class RsvpMutations:
         ctx = info.context
         data = parse_input(domain.RsvpCreate, input)
         event = await _event(ctx, event_id)
-        row, created = await domain.answer(ctx.db, ctx.viewer, event["id"], data, ctx.render)
+        row, created = await domain.answer(ctx.db, ctx.viewer, event["id"], data)
         return RsvpAnswer(rsvp=Rsvp.from_row(row), created=created)
 
     @strawberry.mutation(description="Change an RSVP: its attendee or the event's owner.")
@@ -87,13 +87,13 @@ class RsvpMutations:
         ctx = info.context
         data = parse_input(domain.RsvpUpdate, input)
         rsvp = await _rsvp(ctx, event_id, rsvp_id)
-        return Rsvp.from_row(await domain.change(ctx.db, rsvp, data, ctx.render))
+        return Rsvp.from_row(await domain.change(ctx.db, rsvp, data))
 
     @strawberry.mutation(description="Withdraw an RSVP: its attendee or the event's owner.")
     async def delete_event_rsvp(self, info: Info, event_id: strawberry.ID,
                                 rsvp_id: strawberry.ID) -> bool:
         ctx = info.context
-        await domain.withdraw(ctx.db, await _rsvp(ctx, event_id, rsvp_id), ctx.render)
+        await domain.withdraw(ctx.db, await _rsvp(ctx, event_id, rsvp_id))
         return True
 
     @strawberry.mutation(description="Change an event's RSVP settings (its administrators).")

@@ -114,7 +114,7 @@ class SeriesMutations:
                             cascade_exclusive_events: bool = False) -> SeriesDeletion:
         ctx = info.context
         row = await _administrable(ctx, series_id)
-        counts = await domain.delete(ctx.db, row, ctx.render,
+        counts = await domain.delete(ctx.db, row,
                                      cascade_exclusive_events=cascade_exclusive_events)
         return SeriesDeletion(**counts)
 

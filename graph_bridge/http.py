@@ -20,12 +20,13 @@ import orjson
 from aiohttp import web
 from graphql import ExecutionResult, GraphQLError, OperationType
 
+import registry
 from core.errors import ApiError
 from graph import documents
-from graph.context import Context
 from graph.documents import DOCUMENTS, Document, Documents
 from graph.schema import reported, schema
 from graph_bridge import ide, ws
+from registry import calls
 from web import bodies
 from web.responses import error_response, json_response
 from web.services import REQUEST_ID, SERVICES, VIEWER
@@ -75,12 +76,18 @@ def error_body(request: web.Request, error: ApiError) -> web.Response:
 
 async def _run(request: web.Request, found: Document | GraphQLError,
                variables: dict[str, Any] | None, operation_name: str | None) -> web.Response:
-    context = Context(request.app[SERVICES], request[VIEWER], request[REQUEST_ID],
-                      read_only=_kind(found, operation_name) is OperationType.QUERY)
-    if isinstance(found, GraphQLError):
-        result = ExecutionResult(None, [found])
+    services, viewer, request_id = request.app[SERVICES], request[VIEWER], request[REQUEST_ID]
+    kind = _kind(found, operation_name)
+    if isinstance(found, Document) and kind is OperationType.MUTATION:
+        with calls.writing(services, viewer, request_id) as context:
+            result = await documents.run(schema._schema, found, context, variables,
+                                         operation_name)
     else:
-        result = await documents.run(schema._schema, found, context, variables, operation_name)
+        context = registry.context(services, viewer, request_id,
+                                   read_only=kind is OperationType.QUERY)
+        result = (ExecutionResult(None, [found]) if isinstance(found, GraphQLError) else
+                  await documents.run(schema._schema, found, context, variables,
+                                      operation_name))
     if result.errors:
         result.errors = reported(result.errors, context)
     return json_response(result.formatted)

@@ -2,7 +2,7 @@
 
 `compact` leaves what a schema accepts and refuses unchanged, and every property,
 type, enum, format, pattern, bound, required list and description in place
-(tests/test_mcp_toolsets.py checks both, tool by tool):
+(tests/mcp_bridge/test_mcp_toolsets.py checks both, tool by tool):
 
 - A definition (pydantic's `$defs` for a nested model) referred to once is put
   where it is referred to, and one referred to nowhere goes.

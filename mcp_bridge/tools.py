@@ -21,7 +21,7 @@ from mcp_bridge import arguments as args
 from mcp_bridge import schemas, toolsets
 from mcp_bridge.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_bridge.toolsets import Selection
-from registry import narrow
+from registry import calls, narrow
 from web.services import SERVICES
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ async def call(
         if limit is not None:
             limit.enforce()
         arguments, fields = args.shaped(op, arguments)
-        body = await registry.call_flat(app[SERVICES], viewer, op, arguments, request_id, fields)
+        body = await calls.call_flat(app[SERVICES], viewer, op, arguments, request_id, fields)
         result = _tool_result(body if body is not None else {"status": op.no_body_status})
         if size(result) > MAX_RESULT_CHARACTERS:
             result = await _cut(app, viewer, op, arguments, request_id, fields, body)
@@ -290,8 +290,8 @@ async def _cut(app: web.Application, viewer: Viewer, op: Operation, arguments: d
     items = body.get("data") if pageable and isinstance(body, dict) else None
     fits = _items_that_fit(body, items) if items else 0
     while fits > 0:
-        smaller = await registry.call_flat(app[SERVICES], viewer, op, {**arguments, "limit": fits},
-                                           request_id, fields)
+        smaller = await calls.call_flat(app[SERVICES], viewer, op, {**arguments, "limit": fits},
+                                        request_id, fields)
         result = _tool_result(smaller)
         if size(result) <= MAX_RESULT_CHARACTERS:
             return result

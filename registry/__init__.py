@@ -29,6 +29,7 @@ from graphql import (
     GraphQLObjectType,
     GraphQLSchema,
     OperationDefinitionNode,
+    OperationType,
     SelectionSetNode,
     parse,
     validate,
@@ -129,6 +130,11 @@ class Operation:
             return self._prepared["plan"]  # type: ignore[no-any-return]
         except KeyError:
             raise RuntimeError(f"operation {self.name} used before prepare()") from None
+
+    @property
+    def writes(self) -> bool:
+        """A mutation: run in a write's unit of work (registry/calls.py)."""
+        return self.plan.operation.operation is OperationType.MUTATION
 
     @property
     def response_schema(self) -> dict[str, Any] | None:
@@ -419,24 +425,14 @@ def _drop_nulls(data: Any, keys: list[str]) -> None:
             _drop_nulls(data.get(keys[0]), keys[1:])
 
 
-def context(services: Services, viewer: Viewer, request_id: str, op: Operation | None = None,
-            *, tx: Tx | None = None) -> Context:
-    """The one way an operation's context is built: for a request (REST, MCP), a
-    read-only operation may be served by a read replica; inside a write's
-    transaction `tx` (webhook payloads), every read sees that transaction."""
+def context(services: Services, viewer: Viewer, request_id: str, *, read_only: bool = False,
+            tx: Tx | None = None) -> Context:
+    """The one way an operation's context is built. A request that only reads may
+    be served by a read replica; inside a write's transaction `tx`
+    (registry/calls.py), every statement runs in that transaction."""
     if tx is not None:
         return Context(dataclasses.replace(services, db=cast(Database, tx)), viewer, request_id)
-    return Context(services, viewer, request_id,
-                   read_only=op is not None and op.mcp.read_only)
-
-
-async def call_flat(services: Services, viewer: Viewer, op: Operation,
-                    arguments: dict[str, Any], request_id: str,
-                    fields: frozenset[str] | None = None) -> Any:
-    """Run an operation from MCP's flat arguments; returns the REST body or None."""
-    variables = bind_flat(op, arguments)
-    body, _ = await run(op, variables, context(services, viewer, request_id, op), fields)
-    return body
+    return Context(services, viewer, request_id, read_only=read_only)
 
 
 # ---------------------------------------------------------------------------

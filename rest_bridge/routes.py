@@ -8,7 +8,8 @@ from typing import Any
 from aiohttp import web
 
 from core.errors import ApiError
-from registry import OPERATIONS, Operation, bind, context, run
+from registry import OPERATIONS, Operation, bind
+from registry.calls import call
 from web import bodies
 from web.guard import require_api_key
 from web.responses import json_response
@@ -62,9 +63,7 @@ def _handler(op: Operation) -> Any:
             _check_idempotency_key(request)
         body = await bodies.json_object(request, empty={}) if op.body is not None else None
         variables = bind(op, request.match_info, request.query, body)
-        result, status = await run(
-            op, variables, context(services, viewer, request[REQUEST_ID], op)
-        )
+        result, status = await call(services, viewer, request[REQUEST_ID], op, variables)
         if op.result is None:
             return web.Response(status=status)
         response = json_response(result, status=status)

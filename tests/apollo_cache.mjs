@@ -1,5 +1,5 @@
 // Reads Kalends through Apollo Client 4 with a given InMemoryCache, so that
-// tests/test_apollo_cache.py can check the cache settings docs/graphql.md ("Client
+// tests/graph/test_apollo_cache.py can check the cache settings docs/graphql.md ("Client
 // caches") gives: what the cache keeps, and every warning Apollo gives meanwhile.
 //
 // Run from a folder beside (or under) the node_modules that holds @apollo/client, with

@@ -1,6 +1,6 @@
 """Headless Chromium driven over the Chrome DevTools Protocol, for the browser
-tests (tests/test_consent_browser.py, tests/test_graphiql.py): a small client
-over aiohttp's websocket, nothing else to install but the Debian package
+tests (tests/oauth_bridge/test_consent_browser.py, tests/graph_bridge/test_graphiql.py):
+a small client over aiohttp's websocket, nothing else to install but the Debian package
 (apt-get install -y --no-install-recommends chromium)."""
 
 from __future__ import annotations

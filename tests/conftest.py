@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -41,6 +42,17 @@ from web.services import SERVICES
 
 T = TypeVar("T")
 
+TESTS = Path(__file__).resolve().parent
+"""tests/: the helpers and this file; the tests in a folder per part (docs/layout.md, "Tests")."""
+
+# A test module imports another's helpers by its name, whichever folder it is in
+# (`from test_cli import run_admin`): every folder of tests is on the path from the start,
+# where pytest's import mode would add each only once it collects a module from it.
+# Module names are unique across tests/ (tests/repository/test_layout.py).
+for _folder in sorted({path.parent for path in TESTS.glob("*/test_*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
 # Every registry call in this process is checked against graphql-core (tests/plan_oracle.py).
 plan_oracle.install(_graph_schema.schema._schema)
 
@@ -50,7 +62,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # One Ctrl-C stops the run (tests/test_suite_interrupt.py). asyncio.Runner, when
+    # One Ctrl-C stops the run (tests/repository/test_suite_interrupt.py). asyncio.Runner, when
     # it finds Python's own SIGINT handler, replaces it with one that only cancels the
     # task it runs, leaving the second Ctrl-C to stop; it leaves any other handler
     # alone, and this one raises KeyboardInterrupt at once wherever the run is, so the
@@ -431,7 +443,8 @@ def services() -> Iterator[list[Service]]:
 
 
 # ---------------------------------------------------------------------------
-# In a browser: GraphiQL's pages (tests/test_graphiql.py, tests/test_graphiql_first_open.py).
+# In a browser: GraphiQL's pages (tests/graph_bridge/test_graphiql.py and
+# tests/graph_bridge/test_graphiql_first_open.py).
 
 BROWSER_WIDTH, BROWSER_HEIGHT = 1280, 900
 """The `browser` fixture's window, the size of its screenshots."""
@@ -442,7 +455,7 @@ async def browser() -> AsyncIterator[Page]:
     """Headless Chromium (tests/cdp.py) with JavaScript on, as GraphiQL needs; a fresh
     one each test, so no test sees another's localStorage (GraphiQL keeps its tabs
     there). Tests that use it carry cdp.needs_chromium, which skips them where
-    Chromium is not installed. (tests/test_consent_browser.py's `page` is one with
+    Chromium is not installed. (tests/oauth_bridge/test_consent_browser.py's `page` is one with
     scripts off.)"""
     async with chromium(BROWSER_WIDTH, BROWSER_HEIGHT) as tab:
         await tab.send("Runtime.enable")

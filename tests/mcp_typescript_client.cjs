@@ -1,4 +1,4 @@
-// The official TypeScript MCP SDK as an agent host drives it (tests/test_mcp_sdks.py):
+// The official TypeScript MCP SDK as an agent host drives it (tests/mcp_bridge/test_mcp_sdks.py):
 // connect over Streamable HTTP, list the tools (the SDK keeps their output schemas to
 // check results against), then make each call read from stdin, in order.
 //   stdin:  {"url": ..., "token": ..., "calls": [{"name": ..., "arguments": {...}}, ...]}

@@ -6,7 +6,7 @@ grant for one protected resource (RFC 8707 resource indicator), and can be
 restarted on the same issuer with a new signing key (rotate_keys).
 
 Node 22 and oidc-provider are installed from the npm registry into
-.cache/oidc on first use, as tests/test_mcp_conformance.py does for its suite;
+.cache/oidc on first use, as tests/mcp_bridge/test_mcp_conformance.py does for its suite;
 without npm the test is skipped.
 """
 

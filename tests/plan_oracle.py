@@ -16,7 +16,7 @@ autouse fixture checks after every test.
 
 So every test that reaches a registered operation, through REST or MCP, is a
 differential test of the plan on that path, error paths included. What replay
-cannot see, the number of SQL statements, tests/test_plan.py compares by
+cannot see, the number of SQL statements, tests/graph/test_plan.py compares by
 running both executors for real on read-only operations.
 """
 

@@ -1,4 +1,4 @@
-"""Run only by tests/test_suite_interrupt.py (its name is not collected): a session whose
+"""Run only by tests/repository/test_suite_interrupt.py (its name is not collected): a session whose
 test waits, with the live server and the embedded PostgreSQL started, until a Ctrl-C."""
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ message holding the exact body to send (the resource as REST shows it to the
 profile's owner) and one queued delivery per active endpoint that wants its
 type, plus a job per endpoint. Delivery is `domain.notify.webhook_delivery`'s.
 
+That body is read by a `Render` the write's caller gives for its duration
+(`rendered_by`: registry/calls.py runs every write so), not passed down the write's
+signatures. It is read as the message is recorded, before the write goes on,
+because a deleted resource is shown as it was (docs/api-choices.md, "Webhooks").
+
 Messages follow Standard Webhooks: `webhook-id` (the message ID, the same on
 every retry, for receivers to drop duplicates), `webhook-timestamp`, and
 `webhook-signature`, `v1,` + base64 HMAC-SHA256 of `id.timestamp.body` keyed
@@ -18,7 +23,9 @@ import base64
 import hashlib
 import hmac
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
@@ -51,6 +58,19 @@ Kind = Literal["event", "rsvp", "occurrence"]
 Render = Callable[[Tx, str, Kind, dict[str, str]], Awaitable[dict[str, Any]]]
 """(transaction, owner's user ID, kind, the read's variables) -> the resource as
 REST shows it to that user, read inside the transaction."""
+
+_RENDER: ContextVar[Render | None] = ContextVar("kalends_webhook_render", default=None)
+
+
+@contextmanager
+def rendered_by(render: Render) -> Iterator[None]:
+    """The writes made inside (the tasks started inside, too) record their messages
+    with `render`."""
+    token = _RENDER.set(render)
+    try:
+        yield
+    finally:
+        _RENDER.reset(token)
 
 EventTypes = Annotated[
     list[EventType],
@@ -181,8 +201,8 @@ async def rotate(db: Database, vault: Vault, row: asyncpg.Record) -> str:
 # The outbox
 
 
-async def record(tx: Tx, render: Render, event_type: EventType, profile_id: str,
-                 kind: Kind, *resources: dict[str, str]) -> None:
+async def record(tx: Tx, event_type: EventType, profile_id: str, kind: Kind,
+                 *resources: dict[str, str]) -> None:
     """In the transaction of a change: queue a message per resource (given as
     the variables of its read) for each endpoint that wants it. Nothing is read
     or rendered for a profile without one. Live subscribers are told in any case
@@ -192,6 +212,9 @@ async def record(tx: Tx, render: Render, event_type: EventType, profile_id: str,
     endpoints = await store.subscribed(tx, profile_id, event_type)
     if not endpoints or not resources:
         return
+    render = _RENDER.get()
+    if render is None:
+        raise RuntimeError("a write recorded a webhook message outside `rendered_by`")
     endpoint_ids = [e["id"] for e in endpoints]
     for variables in resources:
         data = await render(tx, endpoints[0]["owner_user_id"], kind, variables)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -44,6 +43,7 @@ WEBHOOK_RETENTION = timedelta(days=7)
 
 # Validated at import: a broken operation document stops the start.
 registry.prepare(schema._schema)
+webhook_payloads.prepare()
 _OPENAPI = openapi.document()
 
 
@@ -76,8 +76,7 @@ def create_app(dsn: str, *, pool_size: int = 10, run_jobs: bool | None = None,
                             reads=read_replicas,
                             toolsets=tuple((name, len(ops)) for name, ops in
                                            toolsets(registry.OPERATIONS.values()).items()))
-        app[SERVICES] = dataclasses.replace(
-            services, webhook_render=webhook_payloads.renderer(services, schema._schema))
+        app[SERVICES] = services
         # Keep the rate-limit table as small as the set of recently active callers.
         sweeper = asyncio.create_task(housekeeping.every(
             600, "prune rate-limit buckets", lambda: ratelimits.forget_idle(db)))
