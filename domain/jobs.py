@@ -46,6 +46,9 @@ async def enqueue_many(tx: Tx, entrypoint: str, payloads: list[dict[str, Any]]) 
                               [0] * len(payloads))
 
 
+_POLL = timedelta(seconds=1)
+
+
 def _retrying(parameters: EntrypointExecutorParameters) -> AbstractEntrypointExecutor:
     # A failed job (a lost connection, a deadlock) is retried with back-off;
     # after the last attempt it is held as failed, not deleted, for an operator.
@@ -106,9 +109,11 @@ class Worker:
             stale = self._heartbeat
             await manager.run(
                 heartbeat_timeout=stale,
-                # An idle worker looks for jobs orphaned by a dead worker this
-                # often; a NOTIFY wakes it sooner for new ones.
-                dequeue_timeout=stale,
+                # An idle worker looks for due jobs this often; a NOTIFY wakes it
+                # sooner for new ones, but nothing tells it when a retried job's
+                # back-off (1 s, doubling) ends, nor when a dead worker's job goes
+                # stale: waiting the heartbeat (30 s) put every first retry 30 s late.
+                dequeue_timeout=min(stale, _POLL),
                 batch_size=10,
                 max_concurrent_tasks=20,
             )

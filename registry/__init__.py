@@ -428,8 +428,8 @@ def _drop_nulls(data: Any, keys: list[str]) -> None:
 def context(services: Services, viewer: Viewer, request_id: str, *, read_only: bool = False,
             tx: Tx | None = None) -> Context:
     """The one way an operation's context is built. A request that only reads may
-    be served by a read replica; inside a write's transaction `tx`
-    (registry/calls.py), every statement runs in that transaction."""
+    be served by a read replica; given a write's transaction `tx` (a webhook
+    message's body, registry/payloads.py), every statement runs in it."""
     if tx is not None:
         return Context(dataclasses.replace(services, db=cast(Database, tx)), viewer, request_id)
     return Context(services, viewer, request_id, read_only=read_only)

@@ -204,7 +204,13 @@ def icaljs_occurrences(texts: Sequence[str | bytes], window: Window, *,
                        labelled: bool = False) -> list[dict[str, list[Any]]]:
     """Each calendar as ical.js expands it, by UID (cancelled components left out);
     with `labelled`, as `Labelled` occurrences."""
-    results = icaljs.expand_many([(text, window.start, window.end) for text in texts])
+    return icaljs_each([(text, window) for text in texts], labelled=labelled)
+
+
+def icaljs_each(calendars: Sequence[tuple[str | bytes, Window]], *,
+                labelled: bool = False) -> list[dict[str, list[Any]]]:
+    """`icaljs_occurrences` for calendars each in its own window, in one run of node."""
+    results = icaljs.expand_many([(text, w.start, w.end) for text, w in calendars])
     out = []
     for result in results:
         found: dict[str, list[Any]] = {}
