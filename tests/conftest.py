@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -375,6 +375,58 @@ async def new_event(api: Api, user: User, profile: dict[str, Any], **fields: Any
     return created  # type: ignore[no-any-return]
 
 
+async def new_series(api: Api, user: User, profile: dict[str, Any], **fields: Any
+                     ) -> dict[str, Any]:
+    """A series made through `POST /v1/profiles/{id}/series`; `fields` go over the default body."""
+    body = {"name": "Season", "slug": handle("season"), **fields}
+    status, created, _ = await api.post(f"/v1/profiles/{profile['id']}/series", user, json=body)
+    assert status == 201, created
+    return created  # type: ignore[no-any-return]
+
+
+async def org_with(live_server: LiveServer, make_user: Callable[..., Awaitable[User]]
+                   ) -> tuple[str, User, User, User]:
+    """An organization with its owner, an admin and a member: (its ID, owner, admin, member)."""
+    owner, admin, member = await make_user(), await make_user(), await make_user()
+    org = live_server.admin(accounts.create_organization, "Venue", owner.email, None)
+    live_server.admin(accounts.add_member, org["organization_id"], admin.email, "admin")
+    live_server.admin(accounts.add_member, org["organization_id"], member.email, "member")
+    return org["organization_id"], owner, admin, member
+
+
+def published(status: int, body: Any, operation: str, keys: set[str]) -> dict[str, Any]:
+    """A 200 whose body the published response schema of `operation` holds, with exactly
+    `keys` at the top."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    from registry import OPERATIONS
+
+    assert status == 200, body
+    jsonschema.Draft202012Validator(OPERATIONS[operation].response_schema).validate(body)
+    assert set(body) == keys
+    return body  # type: ignore[no-any-return]
+
+
+async def assert_refused_unchanged(api: Api, user: User, path: str, before: dict[str, Any],
+                                   code: str, param: str | None, *, json: Any,
+                                   method: str = "PATCH", action: str = "") -> dict[str, Any]:
+    """`method` of `json` to `path` + `action` is a 400 `code` (on `param`, when given), and
+    `path` still reads as `before`: the error."""
+    status, body, _ = await api.request(method, path + action, user, json=json)
+    error = assert_error(status, body, 400, code, param=param)
+    status, after, _ = await api.get(path, user)
+    assert (status, after) == (200, before)
+    return error
+
+
+async def assert_refused_values(api: Api, path: str, user: User, param: str,
+                                values: Iterable[str], code: str) -> None:
+    """GET `path` with each of `values` as the query parameter `param` is a 400 `code` on it."""
+    for value in values:
+        status, body, _ = await api.get(path, user, params={param: value})
+        assert_error(status, body, 400, code, param=param)
+
+
 async def walk(api: Api, path: str, user: User | None, limit: int = 100) -> list[dict[str, Any]]:
     """Every item of a list, following `next_cursor` page by page to the end, and
     each page's envelope checked on the way."""
@@ -461,3 +513,21 @@ async def browser() -> AsyncIterator[Page]:
         await tab.send("Runtime.enable")
         await tab.send("Log.enable")
         yield tab
+
+
+# ---------------------------------------------------------------------------
+# MCP's two routes: /mcp takes an OAuth access token, /mcp-developer the API key.
+
+
+@pytest.fixture
+async def bearer(live_server: LiveServer, user: User) -> User:
+    """The user as /mcp sees them: an OAuth access token in place of the key."""
+    from oauth_flow import tokens_for
+
+    _, tokens = await tokens_for(live_server.url, user.api_key)
+    return dataclasses.replace(user, api_key=tokens["access_token"])
+
+
+def caller_on(route: str, user: User, bearer: User) -> User:
+    """Who calls `route`: the user with an access token on /mcp, with the key elsewhere."""
+    return bearer if route == "/mcp" else user

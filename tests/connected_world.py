@@ -22,6 +22,7 @@ from conftest import Api, LiveServer, User, migrated_database
 
 from domain import config
 from domain.connected import admin, engine
+from domain.connected.provider import ProviderSettings
 
 SYNC_SECONDS = 30
 PARIS = ZoneInfo("Europe/Paris")
@@ -122,6 +123,19 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"not within {SYNC_SECONDS} s: {what}")
         await asyncio.sleep(0.1)
+
+
+def provider_settings(google_url: str, microsoft_url: str, **options: Any) -> config.Settings:
+    """The service's settings with a secret key of its own, and Google and Microsoft at
+    `google_url` and `microsoft_url` (protocol fakes: their OAuth clients made up);
+    `options` go over the providers' other settings."""
+    providers = ProviderSettings(
+        google_api_url=google_url, google_token_url=f"{google_url}/token",
+        google_client_id="kalends-test", google_client_secret="s3cret",
+        microsoft_api_url=microsoft_url, microsoft_token_url=f"{microsoft_url}/token",
+        microsoft_client_id="kalends-test", microsoft_client_secret="s3cret", **options)
+    return dataclasses.replace(config.load(), secret_key=secrets.token_urlsafe(32),
+                               providers=providers)
 
 
 def in_days(n: int) -> date:

@@ -48,3 +48,12 @@ def install(cache: Path, packages: Sequence[str], installed: Callable[[], bool])
         )
         assert done.returncode == 0, done.stdout + done.stderr
         assert installed(), f"npm did not install {', '.join(packages)}"
+
+
+def install_pinned(cache: Path, package: str, pinned: str) -> Path:
+    """`package` at version `pinned` in `cache`, installed on first use, for a script that
+    the system's node runs: without node the test is skipped. The cache, for that script."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    install(cache, [f"{package}@{pinned}"], lambda: version(cache, package) == pinned)
+    return cache

@@ -114,6 +114,20 @@ async def _replica_used(server: LiveServer | str) -> None:
     await _replica_state(server, in_use=1)
 
 
+async def _caught_up(replica: Replica, database_url: str, server: LiveServer | str) -> None:
+    """Until the replica has replayed all the primary has written, and `server` reads
+    from it."""
+    await asyncio.to_thread(replica.wait_caught_up, database_url)
+    await _replica_used(server)
+
+
+async def _event_to_read(api: Api, server: LiveServer) -> tuple[User, User, dict[str, Any]]:
+    """An owner's new event, and another user to read it: (owner, reader, event)."""
+    owner, reader = server.create_user(), server.create_user()
+    profile = await new_profile(api, owner)
+    return owner, reader, await new_event(api, owner, profile)
+
+
 def _replica_log(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records
             if r.name == "kalends.replicas" and "replica1" in r.getMessage()]
@@ -203,8 +217,7 @@ async def test_a_user_reads_their_writes_through_a_replica_held_behind(
         one, other = Api(session, first), Api(session, second)
         profile = await new_profile(one, owner)
         event = await new_event(one, owner, profile)
-        await asyncio.to_thread(replica.wait_caught_up, database_url)
-        await _replica_used(second)
+        await _caught_up(replica, database_url, second)
         await asyncio.to_thread(replica.set_apply_delay, 1500)
         try:
             stale = 0
@@ -238,11 +251,8 @@ async def test_a_replica_that_stops_costs_no_request(
     caplog.set_level(logging.INFO, logger="kalends.replicas")
     with servers(dsn, replica) as [server]:
         api = Api(session, server.url)
-        owner, reader = server.create_user(), server.create_user()
-        profile = await new_profile(api, owner)
-        event = await new_event(api, owner, profile)
-        await asyncio.to_thread(replica.wait_caught_up, database_url)
-        await _replica_used(server)
+        _, reader, event = await _event_to_read(api, server)
+        await _caught_up(replica, database_url, server)
         assert _replica_log(caplog) == ["read replica replica1 usable"]
         caplog.clear()
 
@@ -277,8 +287,7 @@ async def test_a_replica_that_stops_costs_no_request(
             await asyncio.to_thread(replica.start)
         assert answers and set(answers) == {200}, answers
         # Back: used again once a check finds it well, and said once.
-        await asyncio.to_thread(replica.wait_caught_up, database_url)
-        await _replica_used(server)
+        await _caught_up(replica, database_url, server)
         assert _replica_log(caplog) == ["read replica replica1 usable"]
         before = await samples_of(server)
         status, _, _ = await api.get(f"/v1/events/{event['id']}", reader)
@@ -295,11 +304,8 @@ async def test_a_replica_too_far_behind_is_not_used_and_says_so(
     caplog.set_level(logging.INFO, logger="kalends.replicas")
     with servers(dsn, replica, read_max_lag=0.3) as [server]:
         api = Api(session, server.url)
-        owner, reader = server.create_user(), server.create_user()
-        profile = await new_profile(api, owner)
-        event = await new_event(api, owner, profile)
-        await asyncio.to_thread(replica.wait_caught_up, database_url)
-        await _replica_used(server)
+        owner, reader, event = await _event_to_read(api, server)
+        await _caught_up(replica, database_url, server)
         caplog.clear()
         await asyncio.to_thread(replica.set_apply_delay, 30_000)
         try:

@@ -9,9 +9,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import jsonschema  # type: ignore[import-untyped]
 import pytest
-from conftest import assert_error, insert_connected_calendar, new_profile
+from conftest import assert_error, insert_connected_calendar, new_profile, published
 
 import registry
 from domain import accounts, ids, times
@@ -44,13 +43,9 @@ def soon(days: int = 20, zone: str = "UTC") -> date:
 
 
 async def agenda(api: Any, user: Any, **params: Any) -> dict[str, Any]:
-    status, body, _ = await api.get("/v1/agenda", user,
-                                    params={k: str(v) for k, v in params.items()})
-    assert status == 200, body
+    status, body = await agenda_error(api, user, **params)
     # The published response schema holds every body, optional keys included.
-    jsonschema.Draft202012Validator(OPERATIONS["getAgenda"].response_schema).validate(body)
-    assert set(body) == TOP_KEYS
-    return body  # type: ignore[no-any-return]
+    return published(status, body, "getAgenda", TOP_KEYS)
 
 
 async def agenda_error(api: Any, user: Any, **params: Any) -> tuple[int, Any]:
@@ -755,54 +750,67 @@ def _rows_read(node: dict[str, Any], relation: str) -> int:
     return read
 
 
-def test_the_agenda_does_not_read_the_past(live_server: Any) -> None:
-    from db import agenda as store
-
-    user = live_server.create_user()
-    now = datetime.now(UTC).replace(microsecond=0)
-    db = live_server.db
+def _seeded(live_server: Any, user: Any, now: datetime, *inserts: str) -> str:
+    """The user's ID, once each of `inserts` (with $1 the user's calendar, $2 `now`) has run
+    and calendar_events is analyzed."""
 
     async def seed() -> str:
-        async with db.pool.acquire() as conn:
+        async with live_server.db.pool.acquire() as conn:
             user_id: str = await conn.fetchval(
                 "SELECT user_id FROM calendars WHERE id = $1", user.calendar_id)
-            # Two years of hour-long history, timed and all-day; then three current items.
-            await conn.execute(
-                """
-                INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
-                                             start_timezone, is_all_day, start_date, end_date)
-                SELECT 'cev_' || md5(random()::text || g), $1, 'Past',
-                       $2::timestamptz - g * interval '1 day',
-                       $2::timestamptz - g * interval '1 day' + interval '1 hour', 'UTC', g % 2 = 0,
-                       CASE WHEN g % 2 = 0 THEN ($2::timestamptz - g * interval '1 day')::date END,
-                       CASE WHEN g % 2 = 0
-                            THEN ($2::timestamptz - g * interval '1 day')::date + 1 END
-                FROM generate_series(2, 731) g
-                """, user.calendar_id, now)
-            await conn.execute(
-                """
-                INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
-                                             start_timezone, is_all_day, start_date, end_date)
-                VALUES ('cev_' || md5(random()::text), $1, 'Now', $2::timestamptz,
-                        $2::timestamptz + interval '1 hour',
-                        'UTC', false, NULL, NULL),
-                       ('cev_' || md5(random()::text), $1, 'Point',
-                        $2::timestamptz + interval '1 day', NULL, 'UTC', false, NULL, NULL),
-                       ('cev_' || md5(random()::text), $1, 'Day', $2::timestamptz,
-                        $2::timestamptz + interval '1 day', 'UTC', true,
-                        $2::timestamptz::date + 1, $2::timestamptz::date + 2)
-                """, user.calendar_id, now)
+            for insert in inserts:
+                await conn.execute(insert, user.calendar_id, now)
             await conn.execute("ANALYZE calendar_events")
             return user_id
 
-    user_id = live_server.call(seed())
-    explained = _Explained(db)
-    start = now - timedelta(minutes=1)
+    return live_server.call(seed())  # type: ignore[no-any-return]
+
+
+def _agenda_rows_read(live_server: Any, user_id: str, user: Any, start: datetime, days: int,
+                      limit: int) -> int:
+    """The calendar_events rows the agenda's query reads for the user's calendar over
+    `days` from `start`."""
+    from db import agenda as store
+
+    explained = _Explained(live_server.db)
     live_server.call(store.events(explained, user_id, [user.calendar_id], start,
-                                  start + timedelta(days=7), start.date(),
-                                  start.date() + timedelta(days=7), limit=10_001))
+                                  start + timedelta(days=days), start.date(),
+                                  start.date() + timedelta(days=days), limit=limit))
+    return _rows_read(explained.plan[0]["Plan"], "calendar_events")
+
+
+def test_the_agenda_does_not_read_the_past(live_server: Any) -> None:
+    user = live_server.create_user()
+    now = datetime.now(UTC).replace(microsecond=0)
+    # Two years of hour-long history, timed and all-day; then three current items.
+    user_id = _seeded(
+        live_server, user, now,
+        """
+        INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
+                                     start_timezone, is_all_day, start_date, end_date)
+        SELECT 'cev_' || md5(random()::text || g), $1, 'Past',
+               $2::timestamptz - g * interval '1 day',
+               $2::timestamptz - g * interval '1 day' + interval '1 hour', 'UTC', g % 2 = 0,
+               CASE WHEN g % 2 = 0 THEN ($2::timestamptz - g * interval '1 day')::date END,
+               CASE WHEN g % 2 = 0
+                    THEN ($2::timestamptz - g * interval '1 day')::date + 1 END
+        FROM generate_series(2, 731) g
+        """,
+        """
+        INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
+                                     start_timezone, is_all_day, start_date, end_date)
+        VALUES ('cev_' || md5(random()::text), $1, 'Now', $2::timestamptz,
+                $2::timestamptz + interval '1 hour',
+                'UTC', false, NULL, NULL),
+               ('cev_' || md5(random()::text), $1, 'Point',
+                $2::timestamptz + interval '1 day', NULL, 'UTC', false, NULL, NULL),
+               ('cev_' || md5(random()::text), $1, 'Day', $2::timestamptz,
+                $2::timestamptz + interval '1 day', 'UTC', true,
+                $2::timestamptz::date + 1, $2::timestamptz::date + 2)
+        """)
     # The three current items, not the 730 past ones.
-    assert _rows_read(explained.plan[0]["Plan"], "calendar_events") <= 3
+    start = now - timedelta(minutes=1)
+    assert _agenda_rows_read(live_server, user_id, user, start, 7, limit=10_001) <= 3
 
 
 def test_a_connected_calendar_is_read_by_the_window_not_by_its_history(
@@ -944,56 +952,43 @@ def test_the_agenda_reads_only_recurring_rows_that_reach_the_window(live_server:
     user = live_server.create_user()
     now = datetime.now(UTC).replace(microsecond=0)
     db = live_server.db
-
-    async def seed() -> str:
-        async with db.pool.acquire() as conn:
-            user_id: str = await conn.fetchval(
-                "SELECT user_id FROM calendars WHERE id = $1", user.calendar_id)
-            # 600 series over long ago, as subscription copies are written (no end
-            # stored): weekly, timed and all-day, by UNTIL or COUNT.
-            await conn.execute(
-                """
-                INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
-                    start_timezone, end_timezone, is_all_day, start_date, end_date,
-                    recurrence_rule)
-                SELECT 'cev_' || md5(random()::text || g), $1, 'Over',
-                       $2::timestamptz - interval '3 years' + g * interval '1 hour',
-                       $2::timestamptz - interval '3 years' + g * interval '1 hour'
-                           + interval '1 hour', 'Europe/Paris', 'Europe/Paris', g % 3 = 0,
-                       CASE WHEN g % 3 = 0 THEN ($2::timestamptz - interval '3 years')::date END,
-                       CASE WHEN g % 3 = 0
-                            THEN ($2::timestamptz - interval '3 years')::date + 2 END,
-                       CASE WHEN g % 2 = 0 THEN 'FREQ=WEEKLY;COUNT=' || (10 + g % 40)
-                            ELSE 'FREQ=WEEKLY;UNTIL='
-                                 || to_char($2::timestamptz - interval '2 years', 'YYYYMMDD')
-                       END
-                FROM generate_series(1, 600) g
-                """, user.calendar_id, now)
-            # Three that reach the window: open-ended, COUNT still running, UNTIL ahead.
-            await conn.execute(
-                """
-                INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
-                    start_timezone, end_timezone, recurrence_rule)
-                SELECT 'cev_' || md5(random()::text || rule), $1, 'Current',
-                       $2::timestamptz - interval '2 years',
-                       $2::timestamptz - interval '2 years' + interval '1 hour', 'UTC', 'UTC',
-                       rule
-                FROM unnest(ARRAY['FREQ=DAILY', 'FREQ=DAILY;COUNT=1000',
-                                  'FREQ=WEEKLY;UNTIL=' || to_char($2::timestamptz
-                                      + interval '1 year', 'YYYYMMDD"T"HH24MISS"Z"')]) rule
-                """, user.calendar_id, now)
-            await conn.execute("ANALYZE calendar_events")
-            return user_id
-
-    user_id = live_server.call(seed())
+    # 600 series over long ago, as subscription copies are written (no end stored): weekly,
+    # timed and all-day, by UNTIL or COUNT; then three that reach the window: open-ended,
+    # COUNT still running, UNTIL ahead.
+    user_id = _seeded(
+        live_server, user, now,
+        """
+        INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
+            start_timezone, end_timezone, is_all_day, start_date, end_date,
+            recurrence_rule)
+        SELECT 'cev_' || md5(random()::text || g), $1, 'Over',
+               $2::timestamptz - interval '3 years' + g * interval '1 hour',
+               $2::timestamptz - interval '3 years' + g * interval '1 hour'
+                   + interval '1 hour', 'Europe/Paris', 'Europe/Paris', g % 3 = 0,
+               CASE WHEN g % 3 = 0 THEN ($2::timestamptz - interval '3 years')::date END,
+               CASE WHEN g % 3 = 0
+                    THEN ($2::timestamptz - interval '3 years')::date + 2 END,
+               CASE WHEN g % 2 = 0 THEN 'FREQ=WEEKLY;COUNT=' || (10 + g % 40)
+                    ELSE 'FREQ=WEEKLY;UNTIL='
+                         || to_char($2::timestamptz - interval '2 years', 'YYYYMMDD')
+               END
+        FROM generate_series(1, 600) g
+        """,
+        """
+        INSERT INTO calendar_events (id, calendar_id, title, start_time, end_time,
+            start_timezone, end_timezone, recurrence_rule)
+        SELECT 'cev_' || md5(random()::text || rule), $1, 'Current',
+               $2::timestamptz - interval '2 years',
+               $2::timestamptz - interval '2 years' + interval '1 hour', 'UTC', 'UTC',
+               rule
+        FROM unnest(ARRAY['FREQ=DAILY', 'FREQ=DAILY;COUNT=1000',
+                          'FREQ=WEEKLY;UNTIL=' || to_char($2::timestamptz
+                              + interval '1 year', 'YYYYMMDD"T"HH24MISS"Z"')]) rule
+        """)
     start = now - timedelta(minutes=1)
 
     def rows_read() -> int:
-        explained = _Explained(db)
-        live_server.call(store.events(explained, user_id, [user.calendar_id], start,
-                                      start + timedelta(days=31), start.date(),
-                                      start.date() + timedelta(days=31), limit=domain.READ_ROWS))
-        return _rows_read(explained.plan[0]["Plan"], "calendar_events")
+        return _agenda_rows_read(live_server, user_id, user, start, 31, limit=domain.READ_ROWS)
 
     # Ends not known yet: every series is read, as if none had ended.
     assert rows_read() >= 603

@@ -91,12 +91,24 @@ async def _attendees(api: Api, live: LiveServer, event: dict[str, Any]) -> dict[
 
 
 @asynccontextmanager
-async def _organizer(mail: tuple[LiveServer, Inbox]) -> AsyncIterator[tuple[Api, Any]]:
-    """A client of the mail-sending service and an organizer, the inbox emptied."""
+async def _organizer(mail: tuple[LiveServer, Inbox]
+                     ) -> AsyncIterator[tuple[LiveServer, Inbox, Api, Any]]:
+    """The mail-sending service, its inbox emptied, a client of it and an organizer."""
     live, inbox = mail
     inbox.received.clear()
     async with aiohttp.ClientSession() as session:
-        yield Api(session, live.url), live.create_user()
+        yield live, inbox, Api(session, live.url), live.create_user()
+
+
+async def _evensong(api: Api, live: LiveServer, owner: Any, **fields: Any
+                    ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The chamber choir's Evensong in the Chapel, 20 March 2031 18:00 to 19:00 in Paris
+    (`fields` over that), answered by its attendees: the event, and each address's answer."""
+    profile = await new_profile(api, owner, display_name="Chamber choir")
+    event = await new_event(api, owner, profile, title="Evensong", location="Chapel",
+                            start_time="2031-03-20T18:00", end_time="2031-03-20T19:00",
+                            start_timezone=PARIS, end_timezone=PARIS, **fields)
+    return event, await _attendees(api, live, event)
 
 
 def _parts(message: EmailMessage) -> tuple[str, Calendar, Any]:
@@ -110,13 +122,8 @@ def _parts(message: EmailMessage) -> tuple[str, Calendar, Any]:
 async def test_reschedule_then_cancel_reach_each_attendee_as_imip(
     mail: tuple[LiveServer, Inbox],
 ) -> None:
-    live, inbox = mail
-    async with _organizer(mail) as (api, owner):
-        profile = await new_profile(api, owner, display_name="Chamber choir")
-        event = await new_event(api, owner, profile, title="Evensong", location="Chapel",
-                                start_time="2031-03-20T18:00", end_time="2031-03-20T19:00",
-                                start_timezone=PARIS, end_timezone=PARIS)
-        told = await _attendees(api, live, event)
+    async with _organizer(mail) as (live, inbox, api, owner):
+        event, told = await _evensong(api, live, owner)
 
         code, _, _ = await api.post(f"/v1/events/{event['id']}/reschedule", owner, json={
             "start_time": "2031-04-03T18:30", "start_timezone": PARIS})
@@ -169,8 +176,7 @@ async def test_reschedule_then_cancel_reach_each_attendee_as_imip(
 async def test_no_mail_without_allow_notifications_and_retries_after_a_refusal(
     mail: tuple[LiveServer, Inbox],
 ) -> None:
-    live, inbox = mail
-    async with _organizer(mail) as (api, owner):
+    async with _organizer(mail) as (live, inbox, api, owner):
         profile = await new_profile(api, owner)
         quiet = await new_event(api, owner, profile, title="Quiet")
         code, _, _ = await api.patch(f"/v1/events/{quiet['id']}/rsvp-settings", owner,
@@ -230,8 +236,7 @@ async def test_jobs_of_one_event_running_at_once_write_to_each_address_once(
 ) -> None:
     from domain.notify import attendee_mail
 
-    live, inbox = mail
-    async with _organizer(mail) as (api, owner):
+    async with _organizer(mail) as (live, inbox, api, owner):
         event = await _cancelled_with_attendees(mail, api, owner)
         smtp = attendee_mail._smtp(str(live.app[SETTINGS].smtp_url))
 
@@ -256,8 +261,7 @@ async def test_a_refused_smtp_exchange_is_logged_with_the_servers_reply(
 
     from domain.notify import attendee_mail
 
-    live, inbox = mail
-    async with _organizer(mail) as (api, owner):
+    async with _organizer(mail) as (live, inbox, api, owner):
         event = await _cancelled_with_attendees(mail, api, owner)
         inbox.refuse = 1
         smtp = attendee_mail._smtp(str(live.app[SETTINGS].smtp_url))
@@ -279,14 +283,8 @@ async def test_one_occurrence_changed_cancelled_and_restored_reaches_each_attend
     row), and a job run again sends nothing."""
     from domain.notify import attendee_mail
 
-    live, inbox = mail
-    async with _organizer(mail) as (api, owner):
-        profile = await new_profile(api, owner, display_name="Chamber choir")
-        event = await new_event(api, owner, profile, title="Evensong", location="Chapel",
-                                start_time="2031-03-20T18:00", end_time="2031-03-20T19:00",
-                                start_timezone=PARIS, end_timezone=PARIS,
-                                recurrence_rule="FREQ=WEEKLY;COUNT=4")
-        told = await _attendees(api, live, event)
+    async with _organizer(mail) as (live, inbox, api, owner):
+        event, told = await _evensong(api, live, owner, recurrence_rule="FREQ=WEEKLY;COUNT=4")
         path = f"/v1/events/{event['id']}/occurrences/{event['id']}:"
         # 27 March 18:00 is winter time in Paris (17:00 UTC), 3 April summer (16:00).
         steps = [("20310327T170000Z/cancel", {"reason": "Easter"}, "CANCEL", 1),

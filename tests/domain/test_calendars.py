@@ -9,13 +9,9 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx2
-import orjson
 import pytest
-from conftest import assert_error, walk
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, TextContent
+from conftest import assert_error, assert_refused_unchanged, assert_refused_values, walk
+from mcp_clients import list_tools, result_body, sdk_client
 
 from domain import accounts, ids
 
@@ -143,11 +139,10 @@ async def test_calendar_list_cursor_is_bound_to_its_caller(
     await new_calendar(live_server, me)
     status, page, _ = await api.get("/v1/calendars", me, params={"limit": "1"})
     assert status == 200 and page["has_more"] is True
-    status, body, _ = await api.get("/v1/calendars", other, params={"cursor": page["next_cursor"]})
-    assert_error(status, body, 400, "invalid_cursor", param="cursor")
-    for limit in ("0", "101", "x"):
-        status, body, _ = await api.get("/v1/calendars", me, params={"limit": limit})
-        assert_error(status, body, 400, "invalid_query_parameter", param="limit")
+    await assert_refused_values(api, "/v1/calendars", other, "cursor", [page["next_cursor"]],
+                                "invalid_cursor")
+    await assert_refused_values(api, "/v1/calendars", me, "limit", ["0", "101", "x"],
+                                "invalid_query_parameter")
 
 
 async def test_calendar_list_costs_two_queries_whatever_the_page_size(
@@ -448,12 +443,10 @@ async def test_moving_the_start_past_the_end_changes_nothing(
     api: Any, user: Any, start: str, zone: str, shown_start: str
 ) -> None:
     event = await create(api, user, end_time="2031-05-06T11:30", end_timezone=NY)
-    path = event_path(user.calendar_id, event["id"])
-    status, body, _ = await api.patch(
-        path, user, json={"title": "Moved", "start_time": start, "start_timezone": zone})
-    error = assert_error(status, body, 400, "invalid_time_range", param="start_time")
+    error = await assert_refused_unchanged(
+        api, user, event_path(user.calendar_id, event["id"]), event, "invalid_time_range",
+        "start_time", json={"title": "Moved", "start_time": start, "start_timezone": zone})
     assert error["details"] == {"start": shown_start, "end": "2031-05-06T15:30:00Z"}
-    assert await get_event(api, user, user.calendar_id, event["id"]) == event
 
 
 async def test_update_recurrence(api: Any, user: Any) -> None:
@@ -677,32 +670,9 @@ async def test_calendar_event_list_costs_three_queries_whatever_the_page_size(
 # MCP
 
 
-def _body(result: CallToolResult) -> Any:
-    """What the result carries: structuredContent and its text, or an error's envelope,
-    which is text only (docs/mcp.md, "Results")."""
-    [block] = result.content
-    assert isinstance(block, TextContent)
-    if result.is_error:
-        assert result.structured_content is None
-        return orjson.loads(block.text)
-    assert orjson.loads(block.text) == result.structured_content
-    return result.structured_content
-
-
 async def test_calendar_tools(live_server: Any, user: Any) -> None:
-    async with (
-        httpx2.AsyncClient(headers=user.headers) as http,
-        Client(streamable_http_client(live_server.url + "/mcp-developer?toolsets=all",
-                                      http_client=http), cache=None) as client,
-    ):
-        tools: dict[str, Any] = {}
-        cursor: str | None = None
-        while True:
-            listing = await client.list_tools(cursor=cursor)
-            tools.update({t.name: t for t in listing.tools})
-            cursor = listing.next_cursor
-            if cursor is None:
-                break
+    async with sdk_client(live_server, user) as client:
+        tools = await list_tools(client)
         names = ["listCalendars", "getCalendar", "listCalendarEvents", "createCalendarEvent",
                  "getCalendarEvent", "updateCalendarEvent", "deleteCalendarEvent"]
         assert set(names) <= set(tools)
@@ -716,9 +686,9 @@ async def test_calendar_tools(live_server: Any, user: Any) -> None:
         assert tools["deleteCalendarEvent"].annotations.destructive_hint is True
         assert tools["listCalendarEvents"].annotations.read_only_hint is True
 
-        page = _body(await client.call_tool("listCalendars", {}))
+        page = result_body(await client.call_tool("listCalendars", {}))
         assert [c["id"] for c in page["data"]] == [user.calendar_id]
-        event = _body(await client.call_tool("createCalendarEvent", {
+        event = result_body(await client.call_tool("createCalendarEvent", {
             "calendar_id": user.calendar_id, **TIMED,
         }))
         assert event["start_time"] == "2031-05-06T14:00:00Z"
@@ -726,8 +696,8 @@ async def test_calendar_tools(live_server: Any, user: Any) -> None:
             "calendar_id": user.calendar_id, **TIMED, "slug": "no",
         })
         assert refused.is_error is True
-        assert _body(refused)["error"]["code"] == "unknown_field"
+        assert result_body(refused)["error"]["code"] == "unknown_field"
         done = await client.call_tool("deleteCalendarEvent", {
             "calendar_id": user.calendar_id, "event_id": event["id"],
         })
-        assert _body(done) == {"status": "deleted"}
+        assert result_body(done) == {"status": "deleted"}

@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import re
 import secrets
-import socket
 import tempfile
 import threading
 import time
@@ -31,10 +30,10 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.abc import ResolveResult
 from caldav_server import Radicale, Relay, Rewrite, Served
-from conftest import Api, LiveServer, User, migrated_database
-from connected_world import Person, agenda, new_person, settled, sync
+from conftest import Api, LiveServer, User, own_server
+from connected_world import Person, agenda, new_person, provider_settings, settled, sync
+from fake_dns import Names
 from fakes import google, microsoft
 
 from core.errors import AdminError
@@ -155,21 +154,10 @@ def world(database_url: str) -> Iterator[World]:
     other = OtherHost()
     g, m = google.GoogleState(), microsoft.GraphState()
     g_fake, m_fake = _with_hooks(google.app(g)), _with_hooks(microsoft.app(m))
-    providers = ProviderSettings(
-        google_api_url=g_fake.served.url, google_token_url=f"{g_fake.served.url}/token",
-        google_client_id="kalends-test", google_client_secret="s3cret",
-        microsoft_api_url=m_fake.served.url, microsoft_token_url=f"{m_fake.served.url}/token",
-        microsoft_client_id="kalends-test", microsoft_client_secret="s3cret",
-        timeout_seconds=5)
-    settings = dataclasses.replace(config.load(), secret_key=secrets.token_urlsafe(32),
-                                   providers=providers)
+    settings = provider_settings(g_fake.served.url, m_fake.served.url, timeout_seconds=5)
     try:
-        with migrated_database(database_url, "kalends_origins") as dsn:
-            server = LiveServer(dsn, settings=settings)
-            try:
-                yield World(server, radicale, relay, other, g, g_fake, m, m_fake, settings)
-            finally:
-                server.close()
+        with own_server(database_url, "kalends_origins", settings=settings) as server:
+            yield World(server, radicale, relay, other, g, g_fake, m, m_fake, settings)
     finally:
         for closing in (relay, g_fake.served, m_fake.served, other):
             closing.close()
@@ -205,6 +193,19 @@ def connect_caldav(world: World, p: Person) -> dict[str, Any]:
     return world.server.call(admin.connect(
         world.server.db, world.settings, p.user.email, "ios", world.relay.url, p.login,
         p.password))
+
+
+async def _connected_and_settled(world: World, p: Person) -> str:
+    """`p`'s CalDAV account connected through the relay, its first sync done: its ID."""
+    account: str = connect_caldav(world, p)["account_id"]
+    await settled(world, account)
+    return account
+
+
+def _on_report(world: World, answer: Callable[[web.Request], web.Response]) -> None:
+    """The relay answers each REPORT (a sync) with `answer`, and passes the rest on."""
+    world.relay.answer = lambda request, body: answer(
+        request) if request.method == "REPORT" else None
 
 
 def refused_connect(world: World, connect: Callable[[], Any]) -> str:
@@ -312,21 +313,6 @@ async def test_caldav_hrefs_and_redirects_on_the_accounts_origin_are_followed(
     assert [c["name"] for c in out["calendars"]] == ["Work"]
 
 
-class Names(aiohttp.abc.AbstractResolver):
-    """Answers the names given with the addresses given, as a DNS server could."""
-
-    def __init__(self, names: dict[str, str]) -> None:
-        self.names = names
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        return [{"hostname": host, "host": self.names[host], "port": port,
-                 "family": socket.AF_INET, "proto": 0, "flags": 0}]
-
-    async def close(self) -> None:
-        pass
-
-
 async def test_caldav_same_site_host_at_a_private_address_is_refused(
         world: World, person: Person) -> None:
     # Another https host of the account's registrable domain is followed only to
@@ -349,11 +335,8 @@ async def test_caldav_same_site_host_at_a_private_address_is_refused(
 
 async def test_caldav_sync_redirected_elsewhere_is_sync_failed(
         world: World, person: Person, api: Api) -> None:
-    out = connect_caldav(world, person)
-    account = out["account_id"]
-    await settled(world, account)
-    world.relay.answer = lambda request, body: redirect_to(
-        world.other.origin + request.path, 302) if request.method == "REPORT" else None
+    account = await _connected_and_settled(world, person)
+    _on_report(world, lambda request: redirect_to(world.other.origin + request.path, 302))
     error = await sync_failed(world, api, person.user, account)
     assert OTHER in error
     world.other.assert_untouched()
@@ -453,12 +436,9 @@ async def test_caldav_xml_with_entities_fails_connect_cleanly(
 
 async def test_caldav_billion_laughs_in_a_sync_is_sync_failed(
         world: World, person: Person, api: Api) -> None:
-    out = connect_caldav(world, person)
-    account = out["account_id"]
-    await settled(world, account)
-    world.relay.answer = lambda request, body: _xml_answer(
-        BILLION_LAUGHS.replace("current-user-principal", "sync-token")
-    ) if request.method == "REPORT" else None
+    account = await _connected_and_settled(world, person)
+    _on_report(world, lambda request: _xml_answer(
+        BILLION_LAUGHS.replace("current-user-principal", "sync-token")))
     started = time.monotonic()
     error = await sync_failed(world, api, person.user, account)
     assert "unreadable XML" in error

@@ -16,13 +16,21 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
-from connected_world import PARIS, agenda, eventually, external, in_days, settled, sync
+from conftest import Api, LiveServer, User, new_event, new_profile, own_server
+from connected_world import (
+    PARIS,
+    agenda,
+    eventually,
+    external,
+    in_days,
+    provider_settings,
+    settled,
+    sync,
+)
 from fakes import google, microsoft
 
 from domain import config
 from domain.connected import admin
-from domain.connected.provider import ProviderSettings
 
 
 @dataclasses.dataclass
@@ -62,20 +70,10 @@ def world(database_url: str) -> Iterator[World]:
     g, m = google.GoogleState(), microsoft.GraphState()
     g_fake, m_fake = Fake(google.app(g)), Fake(microsoft.app(m))
     # The providers' URLs and OAuth clients are configuration: here, the fakes.
-    providers = ProviderSettings(
-        google_api_url=g_fake.url, google_token_url=f"{g_fake.url}/token",
-        google_client_id="kalends-test", google_client_secret="s3cret",
-        microsoft_api_url=m_fake.url, microsoft_token_url=f"{m_fake.url}/token",
-        microsoft_client_id="kalends-test", microsoft_client_secret="s3cret")
-    settings = dataclasses.replace(config.load(), secret_key=secrets.token_urlsafe(32),
-                                   providers=providers)
+    settings = provider_settings(g_fake.url, m_fake.url)
     try:
-        with migrated_database(database_url, "kalends_providers") as dsn:
-            server = LiveServer(dsn, settings=settings)
-            try:
-                yield World(server, g, m, settings)
-            finally:
-                server.close()
+        with own_server(database_url, "kalends_providers", settings=settings) as server:
+            yield World(server, g, m, settings)
     finally:
         g_fake.close()
         m_fake.close()
@@ -103,6 +101,55 @@ def connect(world: World, user: User, provider: str, secret: str) -> dict[str, A
 def g_time(day: Any, hour: int, zone: str = "Europe/Paris") -> dict[str, str]:
     local = datetime(day.year, day.month, day.day, hour, tzinfo=PARIS)
     return {"dateTime": local.isoformat(), "timeZone": zone}
+
+
+async def _connected(world: World, provider: str, token: str | None = None
+                     ) -> tuple[Any, User, str, str, dict[str, str]]:
+    """A new user's account of `provider` (its fake's fresh calendars, granted `token` or a
+    new one) connected and synced once: (the fake's state, the user, the main calendar's ID
+    at the fake, the account's ID, the IDs of its connected calendars by name)."""
+    if provider == "google":
+        state: Any = world.google
+        cal = google_calendars(world.google, secrets.token_hex(4))
+    else:
+        state = world.graph
+        cal = graph_calendars(world.graph, secrets.token_hex(4))
+    user = world.server.create_user()
+    out = connect(world, user, provider, token or state.grant())
+    await settled(world, out["account_id"])
+    return state, user, cal, out["account_id"], {c["name"]: c["id"] for c in out["calendars"]}
+
+
+async def _hosted(world: World, api: Api, **fields: Any
+                  ) -> tuple[User, dict[str, Any], dict[str, Any]]:
+    """An event (`fields`) of a new host's new profile: (the host, the profile, the event)."""
+    host = world.server.create_user()
+    profile = await new_profile(api, host)
+    return host, profile, await new_event(api, host, profile, **fields)
+
+
+async def _pushed_to(api: Api, user: User, profile: dict[str, Any], xcal: str) -> dict[str, Any]:
+    """The user's subscription to the profile, its copies pushed to the connected `xcal`."""
+    status, sub, _ = await api.post("/v1/subscriptions", user, json={
+        "subscription_type": "profile", "profile_id": profile["id"],
+        "external_calendar_ids": [xcal]})
+    assert status == 201, sub
+    return sub  # type: ignore[no-any-return]
+
+
+def _failed_wait(world: World, account: str) -> timedelta:
+    """How long the failed account waits for its next sync."""
+    row = world.server.call(world.server.db.fetchrow(
+        "SELECT status, next_sync_at - now() AS wait FROM external_accounts WHERE id = $1",
+        account))
+    assert row["status"] == "failed", row
+    return row["wait"]  # type: ignore[no-any-return]
+
+
+async def _warnings(api: Api, user: User, xcal: str) -> set[str]:
+    """The codes of the agenda's warnings about the connected calendar `xcal`."""
+    body = await agenda(api, user)
+    return {w["code"] for w in body["warnings"] if w["calendar_id"] == xcal}
 
 
 # -- Google ---------------------------------------------------------------------------
@@ -186,63 +233,42 @@ async def test_google_connect_sync_and_agenda(world: World, api: Api) -> None:
     await sync(world, account)
     titles = {i["title"] for i in external(await agenda(api, user))}
     assert "Gym" not in titles and "Dentist (moved)" in titles
-    assert not [w for w in (await agenda(api, user))["warnings"] if w["calendar_id"] == xcal]
+    assert await _warnings(api, user, xcal) == set()
 
 
 async def test_google_rate_limit_and_revoked_grant(world: World, api: Api) -> None:
-    g = world.google
-    user = world.server.create_user()
-    cal = google_calendars(g, secrets.token_hex(4))
-    token = g.grant()
-    out = connect(world, user, "google", token)
-    account = out["account_id"]
-    xcal = next(c["id"] for c in out["calendars"] if c["name"] == "Main")
-    await settled(world, account)
+    token = world.google.grant()
+    g, user, cal, account, xcals = await _connected(world, "google", token)
+    xcal = xcals["Main"]
     g.put(cal, {"id": "x1", "summary": "Later", "start": g_time(in_days(2), 9),
                 "end": g_time(in_days(2), 10)})
 
     g.limited, g.limit_status = 1, 403
     await sync(world, account)
-    row = world.server.call(world.server.db.fetchrow(
-        "SELECT status, next_sync_at - now() AS wait FROM external_accounts WHERE id = $1",
-        account))
     # Retry-After: 120 is honoured over the 30 s first back-off.
-    assert row["status"] == "failed" and row["wait"] > timedelta(seconds=100)
-    body = await agenda(api, user)
-    assert {w["code"] for w in body["warnings"] if w["calendar_id"] == xcal} == {"sync_failed"}
+    assert _failed_wait(world, account) > timedelta(seconds=100)
+    assert await _warnings(api, user, xcal) == {"sync_failed"}
     await sync(world, account)
     assert "Later" in {i["title"] for i in external(await agenda(api, user))}
 
     g.refresh_tokens.discard(token)
     g.access_tokens.clear()
     await sync(world, account)
-    body = await agenda(api, user)
-    assert {w["code"] for w in body["warnings"] if w["calendar_id"] == xcal} == {"sync_disabled"}
+    assert await _warnings(api, user, xcal) == {"sync_disabled"}
 
 
 async def test_google_copies_of_subscribed_events(world: World, api: Api) -> None:
-    g = world.google
-    user = world.server.create_user()
-    cal = google_calendars(g, secrets.token_hex(4))
-    out = connect(world, user, "google", g.grant())
-    account = out["account_id"]
-    xcal = next(c["id"] for c in out["calendars"] if c["name"] == "Main")
-    readonly = next(c["id"] for c in out["calendars"] if c["name"] == "Holidays")
-    await settled(world, account)
-    host = world.server.create_user()
-    profile = await new_profile(api, host)
-    event = await new_event(api, host, profile, title="Talk",
-                            start_time=f"{in_days(5).isoformat()}T18:00",
-                            end_time=f"{in_days(5).isoformat()}T19:00",
-                            end_timezone="Europe/Paris", recurrence_rule="FREQ=WEEKLY;COUNT=3")
+    g, user, cal, account, xcals = await _connected(world, "google")
+    xcal, readonly = xcals["Main"], xcals["Holidays"]
+    host, profile, event = await _hosted(
+        world, api, title="Talk", start_time=f"{in_days(5).isoformat()}T18:00",
+        end_time=f"{in_days(5).isoformat()}T19:00", end_timezone="Europe/Paris",
+        recurrence_rule="FREQ=WEEKLY;COUNT=3")
     status, err, _ = await api.post("/v1/subscriptions", user, json={
         "subscription_type": "profile", "profile_id": profile["id"],
         "external_calendar_ids": [readonly]})
     assert status == 400 and err["error"]["code"] == "invalid_field"
-    status, sub, _ = await api.post("/v1/subscriptions", user, json={
-        "subscription_type": "profile", "profile_id": profile["id"],
-        "external_calendar_ids": [xcal]})
-    assert status == 201
+    sub = await _pushed_to(api, user, profile, xcal)
 
     def copies() -> list[dict[str, Any]]:
         return [e for e in g.live(cal) if e.get("iCalUID") == f"{event['id']}@kalends"]
@@ -280,20 +306,12 @@ async def test_google_copies_carry_cancelled_and_changed_occurrences(
     """docs/api-choices.md, "Connected calendars": a cancelled occurrence is an EXDATE of
     the copy's `recurrence`, a changed one its instance (`<id>_<original start>`) with its
     own values; a restored one is put back as the rule makes it."""
-    g = world.google
-    user = world.server.create_user()
-    cal = google_calendars(g, secrets.token_hex(4))
-    out = connect(world, user, "google", g.grant())
-    account = out["account_id"]
-    xcal = next(c["id"] for c in out["calendars"] if c["name"] == "Main")
-    await settled(world, account)
-    host = world.server.create_user()
-    profile = await new_profile(api, host)
+    g, user, cal, account, xcals = await _connected(world, "google")
     first = in_days(5)
-    event = await new_event(api, host, profile, title="Talk",
-                            start_time=f"{first.isoformat()}T18:00",
-                            end_time=f"{first.isoformat()}T19:00",
-                            end_timezone="Europe/Paris", recurrence_rule="FREQ=WEEKLY;COUNT=3")
+    host, profile, event = await _hosted(
+        world, api, title="Talk", start_time=f"{first.isoformat()}T18:00",
+        end_time=f"{first.isoformat()}T19:00", end_timezone="Europe/Paris",
+        recurrence_rule="FREQ=WEEKLY;COUNT=3")
     status, listed, _ = await api.get(f"/v1/events/{event['id']}/occurrences", host, params={
         "from": f"{first.isoformat()}T00:00:00Z",
         "to": f"{(first + timedelta(days=20)).isoformat()}T00:00:00Z"})
@@ -307,10 +325,7 @@ async def test_google_copies_carry_cancelled_and_changed_occurrences(
         "end_time": f"{(first + timedelta(days=15)).isoformat()}T10:00",
         "start_timezone": "Europe/Paris", "end_timezone": "Europe/Paris"})
     assert status == 200
-    status, sub, _ = await api.post("/v1/subscriptions", user, json={
-        "subscription_type": "profile", "profile_id": profile["id"],
-        "external_calendar_ids": [xcal]})
-    assert status == 201
+    sub = await _pushed_to(api, user, profile, xcals["Main"])
     uid = f"{event['id']}@kalends"
 
     def copies() -> dict[str, dict[str, Any]]:
@@ -425,38 +440,22 @@ async def test_microsoft_connect_delta_sync_and_rotation(world: World, api: Api)
 
     m.limited = 1
     await sync(world, account)
-    row = world.server.call(world.server.db.fetchrow(
-        "SELECT status, next_sync_at - now() AS wait FROM external_accounts WHERE id = $1",
-        account))
-    assert row["status"] == "failed" and row["wait"] > timedelta(seconds=80)
+    assert _failed_wait(world, account) > timedelta(seconds=80)
     await sync(world, account)
-    assert not [w for w in (await agenda(api, user))["warnings"] if w["calendar_id"] == xcal]
+    assert await _warnings(api, user, xcal) == set()
 
     m.refresh_tokens.clear()
     m.access_tokens.clear()
     await sync(world, account)
-    body = await agenda(api, user)
-    assert {w["code"] for w in body["warnings"] if w["calendar_id"] == xcal} == {"sync_disabled"}
+    assert await _warnings(api, user, xcal) == {"sync_disabled"}
 
 
 async def test_microsoft_copies_use_transaction_ids(world: World, api: Api) -> None:
-    m = world.graph
-    user = world.server.create_user()
-    cal = graph_calendars(m, secrets.token_hex(4))
-    out = connect(world, user, "microsoft", m.grant())
-    account = out["account_id"]
-    xcal = next(c["id"] for c in out["calendars"] if c["name"] == "Calendar")
-    await settled(world, account)
-    host = world.server.create_user()
-    profile = await new_profile(api, host)
-    event = await new_event(api, host, profile, title="Meetup",
-                            start_time=f"{in_days(4).isoformat()}T19:00",
-                            end_time=f"{in_days(4).isoformat()}T21:00",
-                            end_timezone="Europe/Paris")
-    status, _, _ = await api.post("/v1/subscriptions", user, json={
-        "subscription_type": "profile", "profile_id": profile["id"],
-        "external_calendar_ids": [xcal]})
-    assert status == 201
+    m, user, cal, account, xcals = await _connected(world, "microsoft")
+    host, profile, event = await _hosted(
+        world, api, title="Meetup", start_time=f"{in_days(4).isoformat()}T19:00",
+        end_time=f"{in_days(4).isoformat()}T21:00", end_timezone="Europe/Paris")
+    await _pushed_to(api, user, profile, xcals["Calendar"])
 
     def copies() -> list[dict[str, Any]]:
         return [e for e in m.events[cal].values() if e.get("subject", "").startswith("Meetup")]

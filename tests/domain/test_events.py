@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from conftest import assert_error, new_event, new_profile, walk
+from conftest import assert_error, assert_refused_unchanged, new_event, new_profile, walk
 
 from domain import accounts
 
@@ -64,6 +64,54 @@ async def org_with(live_server: Any, make_user: Any, role: str) -> tuple[Any, An
     org = live_server.admin(accounts.create_organization, "Venue Co", owner.email, None)
     live_server.admin(accounts.add_member, org["organization_id"], other.email, role)
     return owner, other, org["organization_id"]
+
+
+async def _refused_create(api: Any, owner: Any, profile: dict[str, Any], code: str,
+                         param: str | None, **fields: Any) -> dict[str, Any]:
+    """Creating TIMED with `fields` over it in `profile` is a 400 `code` (on `param`, when
+    given): the error."""
+    status, body, _ = await api.post(f"/v1/profiles/{profile['id']}/events", owner,
+                                     json={**TIMED, **fields})
+    return assert_error(status, body, 400, code, param=param)
+
+
+async def _start_moved(api: Any, owner: Any, event: dict[str, Any], start_time: str,
+                       zone: str) -> dict[str, Any]:
+    """The event once a PATCH of its start alone has been taken (200)."""
+    status, moved, _ = await api.patch(f"/v1/events/{event['id']}", owner,
+                                       json={"start_time": start_time, "start_timezone": zone})
+    assert status == 200, moved
+    return moved  # type: ignore[no-any-return]
+
+
+async def _refused_on_a_timed_event(api: Any, make_user: Any, code: str, param: str | None,
+                                    **request: Any) -> None:
+    """A new TIMED event of a new owner refuses `request` (assert_refused_unchanged's
+    `json`, `method`, `action`) with a 400 `code`, and stays as it was."""
+    owner, profile = await setup(api, make_user)
+    event = await new_event(api, owner, profile, **TIMED)
+    await assert_refused_unchanged(api, owner, f"/v1/events/{event['id']}", event, code, param,
+                                   **request)
+
+
+async def _organizations_event(live_server: Any, api: Any, make_user: Any
+                               ) -> tuple[Any, Any, Any, dict[str, Any], dict[str, Any]]:
+    """A TIMED event of an organization's profile: its owner, a member, a stranger, the
+    profile and the event."""
+    owner, member, org = await org_with(live_server, make_user, "member")
+    stranger = await make_user()
+    profile = await new_profile(api, owner, organization_id=org)
+    return owner, member, stranger, profile, await new_event(api, owner, profile, **TIMED)
+
+
+async def _refused_to_others(api: Any, method: str, path: str, stranger: Any, member: Any,
+                             **request: Any) -> None:
+    """`method` `path` (`request`: its body) is a 404 to a stranger and a 403 to a member
+    who does not administer the profile."""
+    status, body, _ = await api.request(method, path, stranger, **request)
+    assert_error(status, body, 404, "resource_not_found")
+    status, body, _ = await api.request(method, path, member, **request)
+    assert_error(status, body, 403, "forbidden")
 
 
 def without_updated_at(event: dict[str, Any]) -> dict[str, Any]:
@@ -237,40 +285,28 @@ async def test_start_time_resolves_to_utc(
 
 async def test_offset_that_the_zone_does_not_have(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    status, body, _ = await api.post(
-        f"/v1/profiles/{profile['id']}/events", owner,
-        json={**TIMED, "start_time": "2026-03-08T19:30+01:00"},
-    )
-    error = assert_error(status, body, 400, "timezone_offset_mismatch", param="start_time")
+    error = await _refused_create(api, owner, profile, "timezone_offset_mismatch", "start_time",
+                                  start_time="2026-03-08T19:30+01:00")
     assert error["type"] == "invalid_request_error"
     assert error["details"] == {
         "value": "2026-03-08T19:30+01:00", "expected_offset": "-04:00",
         "valid_offsets": ["-04:00"],
     }
     # In a fold both offsets are valid, and both are listed.
-    status, body, _ = await api.post(
-        f"/v1/profiles/{profile['id']}/events", owner,
-        json={**TIMED, "start_time": "2026-11-01T01:30Z"},
-    )
-    error = assert_error(status, body, 400, "timezone_offset_mismatch", param="start_time")
+    error = await _refused_create(api, owner, profile, "timezone_offset_mismatch", "start_time",
+                                  start_time="2026-11-01T01:30Z")
     assert error["details"]["valid_offsets"] == ["-04:00", "-05:00"]
     # The end is judged in its own zone.
-    status, body, _ = await api.post(
-        f"/v1/profiles/{profile['id']}/events", owner,
-        json={**TIMED, "end_time": "2026-03-08T22:00-04:00", "end_timezone": "Europe/Paris"},
-    )
-    error = assert_error(status, body, 400, "timezone_offset_mismatch", param="end_time")
+    error = await _refused_create(api, owner, profile, "timezone_offset_mismatch", "end_time",
+                                  end_time="2026-03-08T22:00-04:00", end_timezone="Europe/Paris")
     assert error["details"]["expected_offset"] == "+01:00"
     assert await profile_event_ids(api, owner, profile["id"]) == []
 
 
 async def test_local_time_in_a_dst_gap(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    status, body, _ = await api.post(
-        f"/v1/profiles/{profile['id']}/events", owner,
-        json={**TIMED, "start_time": "2026-03-08T02:30"},
-    )
-    error = assert_error(status, body, 400, "nonexistent_local_time", param="start_time")
+    error = await _refused_create(api, owner, profile, "nonexistent_local_time", "start_time",
+                                  start_time="2026-03-08T02:30")
     assert error["details"] == {
         "value": "2026-03-08T02:30",
         "gap_from": "2026-03-08T02:00:00-05:00",
@@ -282,10 +318,8 @@ async def test_local_time_in_a_dst_gap(api: Any, make_user: Any) -> None:
 @pytest.mark.parametrize("value", ["2026-03-08 7pm", "08/03/2026 19:30", "2026-03-08", ""])
 async def test_time_of_the_wrong_shape(api: Any, make_user: Any, value: str) -> None:
     owner, profile = await setup(api, make_user)
-    status, body, _ = await api.post(
-        f"/v1/profiles/{profile['id']}/events", owner, json={**TIMED, "start_time": value}
-    )
-    error = assert_error(status, body, 400, "invalid_time_format", param="start_time")
+    error = await _refused_create(api, owner, profile, "invalid_time_format", "start_time",
+                                  start_time=value)
     assert error["details"]["value"] == value
     shapes = error["details"]["expected_shapes"]
     assert shapes and all(isinstance(s, str) for s in shapes)
@@ -300,11 +334,8 @@ async def test_time_of_the_wrong_shape(api: Any, make_user: Any, value: str) -> 
 async def test_a_day_that_does_not_exist(api: Any, make_user: Any, field: str, value: str,
                                          named: str) -> None:
     owner, profile = await setup(api, make_user)
-    status, body, _ = await api.post(
-        f"/v1/profiles/{profile['id']}/events", owner,
-        json={**TIMED, field: value, **({"end_timezone": NY} if field == "end_time" else {})},
-    )
-    error = assert_error(status, body, 400, "invalid_field", param=field)
+    error = await _refused_create(api, owner, profile, "invalid_field", field, **{
+        field: value, **({"end_timezone": NY} if field == "end_time" else {})})
     assert error["details"] == {"value": value}
     assert named in error["message"]
     assert await profile_event_ids(api, owner, profile["id"]) == []
@@ -329,10 +360,7 @@ async def test_bad_time_fields_create_nothing(
     api: Any, make_user: Any, fields: dict[str, Any], code: str, param: str
 ) -> None:
     owner, profile = await setup(api, make_user)
-    status, body, _ = await api.post(
-        f"/v1/profiles/{profile['id']}/events", owner, json={**TIMED, **fields}
-    )
-    assert_error(status, body, 400, code, param=param)
+    await _refused_create(api, owner, profile, code, param, **fields)
     assert await profile_event_ids(api, owner, profile["id"]) == []
 
 
@@ -353,11 +381,8 @@ async def test_start_time_and_start_timezone_travel_together(api: Any, make_user
 @pytest.mark.parametrize("end", ["2026-03-08T19:30", "2026-03-08T18:00"])
 async def test_end_must_be_after_start(api: Any, make_user: Any, end: str) -> None:
     owner, profile = await setup(api, make_user)
-    status, body, _ = await api.post(
-        f"/v1/profiles/{profile['id']}/events", owner,
-        json={**TIMED, "end_time": end, "end_timezone": NY},
-    )
-    error = assert_error(status, body, 400, "invalid_time_range")
+    error = await _refused_create(api, owner, profile, "invalid_time_range", None,
+                                  end_time=end, end_timezone=NY)
     hours, minutes = int(end[11:13]) + 4, end[14:16]
     assert error["details"] == {"start": "2026-03-08T23:30:00Z", "end": f"2026-03-08T{hours}:{minutes}:00Z"}
     assert await profile_event_ids(api, owner, profile["id"]) == []
@@ -366,11 +391,8 @@ async def test_end_must_be_after_start(api: Any, make_user: Any, end: str) -> No
 async def test_end_in_another_zone_is_compared_as_an_instant(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
     # 22:00 in London is 18:00 in New York: before the 19:30 start.
-    status, body, _ = await api.post(
-        f"/v1/profiles/{profile['id']}/events", owner,
-        json={**TIMED, "end_time": "2026-03-08T22:00", "end_timezone": "Europe/London"},
-    )
-    assert_error(status, body, 400, "invalid_time_range")
+    await _refused_create(api, owner, profile, "invalid_time_range", None,
+                          end_time="2026-03-08T22:00", end_timezone="Europe/London")
     event = await new_event(
         api, owner, profile, **timed(end_time="2026-03-09T02:00", end_timezone="Europe/London")
     )
@@ -385,11 +407,7 @@ async def test_end_timezone_is_filled_on_create_only(api: Any, make_user: Any) -
     assert event["end_timezone"] == "Europe/Paris"
     assert event["start_time"] == "2026-03-08T18:30:00Z"
 
-    status, moved, _ = await api.patch(
-        f"/v1/events/{event['id']}", owner,
-        json={"start_time": "2026-03-10T09:00", "start_timezone": "Asia/Tokyo"},
-    )
-    assert status == 200, moved
+    moved = await _start_moved(api, owner, event, "2026-03-10T09:00", "Asia/Tokyo")
     assert moved["start_timezone"] == "Asia/Tokyo"
     assert moved["start_time"] == "2026-03-10T00:00:00Z"
     assert moved["end_timezone"] == "Europe/Paris"  # no cascade
@@ -401,11 +419,7 @@ async def test_update_of_start_zone_keeps_a_different_end_zone(api: Any, make_us
     event = await new_event(
         api, owner, profile, **timed(end_time="2026-03-09T02:00", end_timezone="Europe/London")
     )
-    status, moved, _ = await api.patch(
-        f"/v1/events/{event['id']}", owner,
-        json={"start_time": "2026-03-09T09:00", "start_timezone": "Asia/Tokyo"},
-    )
-    assert status == 200, moved
+    moved = await _start_moved(api, owner, event, "2026-03-09T09:00", "Asia/Tokyo")
     assert moved["end_timezone"] == "Europe/London"
     # The end stays where it was: only the start was sent.
     assert moved["start_time"] == "2026-03-09T00:00:00Z"
@@ -989,23 +1003,14 @@ async def test_patch_updates_the_fields_sent(api: Any, make_user: Any) -> None:
 async def test_bad_updates_change_nothing(
     api: Any, make_user: Any, body: dict[str, Any], code: str, param: str | None
 ) -> None:
-    owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile, **TIMED)
-    status, error, _ = await api.patch(f"/v1/events/{event['id']}", owner, json=body)
-    assert_error(status, error, 400, code, param=param)
-    assert (await api.get(f"/v1/events/{event['id']}", owner))[1] == event
+    await _refused_on_a_timed_event(api, make_user, code, param, json=body)
 
 
 async def test_patch_by_others(live_server: Any, api: Any, make_user: Any) -> None:
-    owner, member, org = await org_with(live_server, make_user, "member")
-    stranger = await make_user()
-    profile = await new_profile(api, owner, organization_id=org)
-    event = await new_event(api, owner, profile, **TIMED)
+    owner, member, stranger, profile, event = await _organizations_event(
+        live_server, api, make_user)
     path = f"/v1/events/{event['id']}"
-    status, body, _ = await api.patch(path, stranger, json={"title": "hijacked"})
-    assert_error(status, body, 404, "resource_not_found")
-    status, body, _ = await api.patch(path, member, json={"title": "hijacked"})
-    assert_error(status, body, 403, "forbidden")
+    await _refused_to_others(api, "PATCH", path, stranger, member, json={"title": "hijacked"})
     private = await new_event(api, owner, profile, **timed(is_private=True))
     status, body, _ = await api.patch(f"/v1/events/{private['id']}", stranger, json={"title": "x"})
     assert_error(status, body, 404, "resource_not_found")
@@ -1050,12 +1055,10 @@ async def test_moving_the_start_past_the_end_changes_nothing(
 ) -> None:
     owner, profile = await setup(api, make_user)
     event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
-    path = f"/v1/events/{event['id']}"
-    status, body, _ = await api.patch(
-        path, owner, json={"title": "Moved", "start_time": start, "start_timezone": zone})
-    error = assert_error(status, body, 400, "invalid_time_range", param="start_time")
+    error = await assert_refused_unchanged(
+        api, owner, f"/v1/events/{event['id']}", event, "invalid_time_range", "start_time",
+        json={"title": "Moved", "start_time": start, "start_timezone": zone})
     assert error["details"] == {"start": shown_start, "end": "2026-03-09T01:00:00Z"}
-    assert (await api.get(path, owner))[1] == event
 
 
 async def test_moving_the_start_with_an_end_moves_both(api: Any, make_user: Any) -> None:
@@ -1168,23 +1171,12 @@ async def test_cancel_keeps_rsvps(api: Any, make_user: Any) -> None:
 
 
 async def test_cancel_by_others(live_server: Any, api: Any, make_user: Any) -> None:
-    owner, member, org = await org_with(live_server, make_user, "member")
-    stranger = await make_user()
-    profile = await new_profile(api, owner, organization_id=org)
-    event = await new_event(api, owner, profile, **TIMED)
+    owner, member, stranger, _, event = await _organizations_event(
+        live_server, api, make_user)
     path = f"/v1/events/{event['id']}"
-    status, body, _ = await api.post(f"{path}/cancel", stranger)
-    assert_error(status, body, 404, "resource_not_found")
-    status, body, _ = await api.post(f"{path}/cancel", member)
-    assert_error(status, body, 403, "forbidden")
-    status, body, _ = await api.post(
-        f"{path}/reschedule", stranger, json={"start_time": "2026-04-01T10:00", "start_timezone": NY}
-    )
-    assert_error(status, body, 404, "resource_not_found")
-    status, body, _ = await api.post(
-        f"{path}/reschedule", member, json={"start_time": "2026-04-01T10:00", "start_timezone": NY}
-    )
-    assert_error(status, body, 403, "forbidden")
+    await _refused_to_others(api, "POST", f"{path}/cancel", stranger, member)
+    await _refused_to_others(api, "POST", f"{path}/reschedule", stranger, member,
+                             json={"start_time": "2026-04-01T10:00", "start_timezone": NY})
     assert (await api.get(path, owner))[1] == event
 
 
@@ -1280,11 +1272,8 @@ async def test_reschedule_reopens_a_cancelled_event(api: Any, make_user: Any) ->
 async def test_bad_reschedule_changes_nothing(
     api: Any, make_user: Any, body: dict[str, Any], code: str, param: str | None
 ) -> None:
-    owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile, **TIMED)
-    status, error, _ = await api.post(f"/v1/events/{event['id']}/reschedule", owner, json=body)
-    assert_error(status, error, 400, code, param=param)
-    assert (await api.get(f"/v1/events/{event['id']}", owner))[1] == event
+    await _refused_on_a_timed_event(api, make_user, code, param, json=body, method="POST",
+                                    action="/reschedule")
 
 
 # ---------------------------------------------------------------------------
@@ -1312,15 +1301,10 @@ async def test_delete_removes_the_event_and_its_rsvps(api: Any, make_user: Any) 
 
 
 async def test_delete_by_others(live_server: Any, api: Any, make_user: Any) -> None:
-    owner, member, org = await org_with(live_server, make_user, "member")
-    stranger = await make_user()
-    profile = await new_profile(api, owner, organization_id=org)
-    event = await new_event(api, owner, profile, **TIMED)
+    owner, member, stranger, _, event = await _organizations_event(
+        live_server, api, make_user)
     path = f"/v1/events/{event['id']}"
-    status, body, _ = await api.delete(path, stranger)
-    assert_error(status, body, 404, "resource_not_found")
-    status, body, _ = await api.delete(path, member)
-    assert_error(status, body, 403, "forbidden")
+    await _refused_to_others(api, "DELETE", path, stranger, member)
     assert (await api.get(path, owner))[1] == event
 
 

@@ -8,15 +8,10 @@ import asyncio
 import secrets
 from typing import Any
 
-import httpx2
 import orjson
 import pytest
-from conftest import assert_error, handle, new_event, new_profile, walk
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, TextContent
-
-from domain import accounts
+from conftest import assert_error, new_event, new_profile, new_series, org_with, walk
+from mcp_clients import list_tools, result_body, sdk_client
 
 FOLLOW_KEYS = {"id", "following_type", "target_id", "created_at"}
 FOLLOWER_KEYS = {"follow_id", "display_name", "followed_at"}
@@ -36,14 +31,6 @@ async def followed(api: Any, user: Any, following_type: str, target_id: str) -> 
     return body  # type: ignore[no-any-return]
 
 
-async def new_series(api: Any, user: Any, profile: dict[str, Any], **fields: Any
-                     ) -> dict[str, Any]:
-    body = {"name": "Season", "slug": handle("season"), **fields}
-    status, created, _ = await api.post(f"/v1/profiles/{profile['id']}/series", user, json=body)
-    assert status == 201, created
-    return created  # type: ignore[no-any-return]
-
-
 async def targets(api: Any, owner: Any) -> dict[str, dict[str, Any]]:
     """A public profile with a public event and a public series."""
     profile = await new_profile(api, owner)
@@ -60,14 +47,6 @@ async def my_follows(api: Any, user: Any, following_type: str | None = None
 
 async def followers(api: Any, user: Any, profile_id: str) -> list[dict[str, Any]]:
     return await walk(api, f"/v1/profiles/{profile_id}/followers", user)
-
-
-async def org_with(live_server: Any, make_user: Any) -> tuple[str, Any, Any, Any]:
-    owner, admin, member = await make_user(), await make_user(), await make_user()
-    org = live_server.admin(accounts.create_organization, "Club", owner.email, None)
-    live_server.admin(accounts.add_member, org["organization_id"], admin.email, "admin")
-    live_server.admin(accounts.add_member, org["organization_id"], member.email, "member")
-    return org["organization_id"], owner, admin, member
 
 
 # --- create ---------------------------------------------------------------
@@ -451,32 +430,11 @@ async def test_graphql_checks_the_type_filter_too(api: Any, user: Any) -> None:
     assert error["extensions"]["param"] == "following_type"
 
 
-def _body(result: CallToolResult) -> Any:
-    [block] = result.content
-    assert isinstance(block, TextContent)
-    if result.is_error:  # an error's envelope is text only (docs/mcp.md, "Results")
-        assert result.structured_content is None
-        return orjson.loads(block.text)
-    assert orjson.loads(block.text) == result.structured_content
-    return result.structured_content
-
-
 async def test_follows_as_tools(live_server: Any, api: Any, make_user: Any) -> None:
     owner, fan = await make_user(), await make_user()
     profile = await new_profile(api, owner, platform_id="mcp-fol-" + secrets.token_hex(4))
-    async with (
-        httpx2.AsyncClient(headers=fan.headers) as http,
-        Client(streamable_http_client(live_server.url + "/mcp-developer?toolsets=follows,profiles",
-                                      http_client=http), cache=None) as client,
-    ):
-        tools: dict[str, Any] = {}
-        cursor: str | None = None
-        while True:
-            page = await client.list_tools(cursor=cursor)
-            tools.update({t.name: t for t in page.tools})
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+    async with sdk_client(live_server, fan, toolsets="follows,profiles") as client:
+        tools = await list_tools(client)
         names = ["listFollows", "createFollow", "deleteFollow", "listProfileFollowers"]
         assert set(names) <= set(tools)
         assert tools["listFollows"].annotations.read_only_hint is True
@@ -487,12 +445,12 @@ async def test_follows_as_tools(live_server: Any, api: Any, make_user: Any) -> N
                                                                        "target_id"}
 
         args = {"following_type": "profile", "target_id": profile["id"]}
-        created = _body(await client.call_tool("createFollow", args))
-        assert _body(await client.call_tool("createFollow", args)) == created
-        listed = _body(await client.call_tool("listFollows", {"following_type": "profile"}))
+        created = result_body(await client.call_tool("createFollow", args))
+        assert result_body(await client.call_tool("createFollow", args)) == created
+        listed = result_body(await client.call_tool("listFollows", {"following_type": "profile"}))
         assert listed == {"data": [created], "has_more": False, "next_cursor": None}
         wrong = await client.call_tool("createFollow", {**args, "following_type": "event"})
         assert wrong.is_error is True
-        assert _body(wrong)["error"]["code"] == "invalid_id"
-        done = _body(await client.call_tool("deleteFollow", {"follow_id": created["id"]}))
+        assert result_body(wrong)["error"]["code"] == "invalid_id"
+        done = result_body(await client.call_tool("deleteFollow", {"follow_id": created["id"]}))
         assert done == {"status": "deleted"}

@@ -20,6 +20,7 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
+from fake_dns import Names
 from yarl import URL
 
 from domain import outbound
@@ -727,24 +728,9 @@ def test_account_origins(account: str, target: str, allowed: bool) -> None:
         assert host is None or host in refused.value.reason
 
 
-class Names(AbstractResolver):
-    """Answers each name with the address given, as a DNS server could."""
-
-    def __init__(self, **names: str) -> None:
-        self.names = {k.replace("_", "-"): v for k, v in names.items()}
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        return [{"hostname": host, "host": self.names[host], "port": port,
-                 "family": socket.AF_INET, "proto": 0, "flags": 0}]
-
-    async def close(self) -> None:
-        pass
-
-
 async def test_account_origin_anywhere_other_hosts_public_only(server: Server) -> None:
     server.routes["/dav"] = json_handler({"ok": True})
-    names = Names(**{"cal.example.test": "127.0.0.1", "p1.example.test": "127.0.0.1"})
+    names = Names({"cal.example.test": "127.0.0.1", "p1.example.test": "127.0.0.1"})
     origins = outbound.AccountOrigins(f"http://cal.example.test:{server.port}")
     async with outbound.account_session(resolver=names) as session:
         # The account's own origin, which the operator chose: a loopback address is fine.
@@ -766,7 +752,7 @@ async def test_pooled_connection_is_checked_again(server: Server) -> None:
     # One session serves every account: a connection opened for an account that
     # trusts its loopback host is not lent to one that does not.
     server.routes["/dav"] = json_handler({"ok": True})
-    names = Names(**{"shared.example.test": "127.0.0.1"})
+    names = Names({"shared.example.test": "127.0.0.1"})
     mine = outbound.AccountOrigins(f"https://shared.example.test:{server.port}",
                                    f"http://shared.example.test:{server.port}")
     theirs = outbound.AccountOrigins(f"https://cal.example.test:{server.port}")

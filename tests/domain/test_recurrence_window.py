@@ -5,7 +5,9 @@ after the first start, with the caches cold and warm."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -100,16 +102,23 @@ def _cold() -> None:
     recurrence._last.cache_clear()
 
 
-@pytest.mark.slow
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    rule=_rules(),
-    zone=_ZONES,
-    start=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2020, 12, 31)),
-    years_later=st.integers(0, 25),
-    days=st.integers(1, 62),
-    around_the_end=st.booleans(),
-)
+def _against_dateutil(**more: st.SearchStrategy[Any]
+                      ) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A slow property test (250 examples) of a generated rule, a zone, a first start from
+    2000 to 2020, and what the strategies `more` draw."""
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        drawn = given(rule=_rules(), zone=_ZONES,
+                      start=st.datetimes(min_value=datetime(2000, 1, 1),
+                                         max_value=datetime(2020, 12, 31)),
+                      **more)(test)
+        checked = settings(max_examples=250, deadline=None,
+                           suppress_health_check=[HealthCheck.too_slow])(drawn)
+        return pytest.mark.slow(checked)  # type: ignore[no-any-return]
+    return decorate
+
+
+@_against_dateutil(years_later=st.integers(0, 25), days=st.integers(1, 62),
+                   around_the_end=st.booleans())
 def test_a_window_years_after_the_start_has_dateutils_occurrences(
     rule: str, zone: str, start: datetime, years_later: int, days: int, around_the_end: bool
 ) -> None:
@@ -136,13 +145,7 @@ def test_a_window_years_after_the_start_has_dateutils_occurrences(
         [o for o in expected if o.start >= later]
 
 
-@pytest.mark.slow
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    rule=_rules(),
-    zone=_ZONES,
-    start=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2020, 12, 31)),
-)
+@_against_dateutil()
 def test_the_last_occurrence_is_dateutils_last_and_open_ended_rules_have_none(
     rule: str, zone: str, start: datetime
 ) -> None:

@@ -14,12 +14,12 @@ import random
 import string
 from typing import Any
 
+import conftest
 import orjson
 import pytest
-from conftest import assert_error, new_event, new_profile, walk
+from conftest import assert_error, new_event, new_profile, org_with, walk
 
 from db import search as search_sql
-from domain import accounts
 
 ITEM_KEYS = {
     "type", "id", "title", "description", "rank", "image_url", "slug", "profile_handle",
@@ -46,18 +46,8 @@ async def found(api: Any, user: Any, q: str, **params: str) -> set[str]:
 
 async def new_series(api: Any, user: Any, profile: dict[str, Any], **fields: Any
                      ) -> dict[str, Any]:
-    body = {"name": "Season", "slug": word(), **fields}
-    status, created, _ = await api.post(f"/v1/profiles/{profile['id']}/series", user, json=body)
-    assert status == 201, created
-    return created  # type: ignore[no-any-return]
-
-
-async def org_with(live_server: Any, make_user: Any) -> tuple[str, Any, Any, Any]:
-    owner, admin, member = await make_user(), await make_user(), await make_user()
-    org = live_server.admin(accounts.create_organization, "Venue", owner.email, None)
-    live_server.admin(accounts.add_member, org["organization_id"], admin.email, "admin")
-    live_server.admin(accounts.add_member, org["organization_id"], member.email, "member")
-    return org["organization_id"], owner, admin, member
+    """A series whose slug is a made-up word (`fields` over that and the default body)."""
+    return await conftest.new_series(api, user, profile, **{"slug": word(), **fields})
 
 
 # ---------------------------------------------------------------------------
@@ -304,20 +294,28 @@ async def test_private_items_of_others_never_appear(
         assert (await api.get(f"/v1/{path}/{item['id']}", stranger))[0] == 200
 
 
+async def _organizations_items(api: Any, owner: Any, org: str, **private: Any
+                               ) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A made-up word, and a profile of the organization with an event and a series, all
+    three named by it (`private`: is_private for the three, or nothing)."""
+    w = word()
+    profile = await new_profile(api, owner, organization_id=org, display_name=w, **private)
+    event = await new_event(api, owner, profile, title=w, **private)
+    series = await new_series(api, owner, profile, name=w, **private)
+    return w, profile, event, series
+
+
 async def test_organization_members_find_their_organizations_private_items(
     live_server: Any, api: Any, make_user: Any
 ) -> None:
     org, owner, admin, member = await org_with(live_server, make_user)
-    outsider = await make_user()
-    w = word()
-    profile = await new_profile(api, owner, organization_id=org, display_name=w, is_private=True)
-    event = await new_event(api, owner, profile, title=w, is_private=True)
-    series = await new_series(api, owner, profile, name=w, is_private=True)
+    w, profile, event, series = await _organizations_items(api, owner, org, is_private=True)
     ids = {profile["id"], event["id"], series["id"]}
     for someone in (owner, admin, member):
         assert await found(api, someone, w) == ids
         handles = {item["profile_handle"] for item in await search(api, someone, w)}
         assert handles == {profile["platform_id"]}
+    outsider = await make_user()
     assert await found(api, outsider, w) == set()
 
 
@@ -326,10 +324,7 @@ async def test_a_deleted_profiles_items_follow_the_visibility_rule(
 ) -> None:
     org, owner, admin, member = await org_with(live_server, make_user)
     stranger = await make_user()
-    w = word()
-    profile = await new_profile(api, owner, organization_id=org, display_name=w)
-    event = await new_event(api, owner, profile, title=w)
-    series = await new_series(api, owner, profile, name=w)
+    w, profile, event, series = await _organizations_items(api, owner, org)
     assert await found(api, stranger, w) == {profile["id"], event["id"], series["id"]}
     assert (await api.delete(f"/v1/profiles/{profile['id']}", owner))[0] == 204
 

@@ -9,9 +9,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from conftest import assert_error, handle, new_event, new_profile, walk
-
-from domain import accounts
+from conftest import assert_error, handle, new_event, new_profile, org_with, walk
 
 SERIES_KEYS = {"id", "profile_id", "name", "slug", "description", "is_private", "created_at", "updated_at"}
 PREVIEW_KEYS = {
@@ -34,6 +32,15 @@ async def link(api: Any, user: Any, series_id: str, event_id: str) -> None:
     assert (status, body) == (204, None)
 
 
+async def _series_of_one_event(api: Any, user: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A series of a new profile of `user`, with one event of the profile in it."""
+    profile = await new_profile(api, user)
+    series = await make_series(api, user, profile["id"])
+    event = await new_event(api, user, profile)
+    await link(api, user, series["id"], event["id"])
+    return series, event
+
+
 async def walk_ids(api: Any, path: str, user: Any, limit: int = 20) -> list[str]:
     """Every item's id, following the cursor to the end."""
     return [item["id"] for item in await walk(api, path, user, limit=limit)]
@@ -41,14 +48,6 @@ async def walk_ids(api: Any, path: str, user: Any, limit: int = 20) -> list[str]
 
 async def event_ids(api: Any, series_id: str, user: Any) -> list[str]:
     return await walk_ids(api, f"/v1/series/{series_id}/events", user, limit=100)
-
-
-async def org_with(live_server: Any, make_user: Any) -> tuple[str, Any, Any, Any]:
-    owner, admin, member = await make_user(), await make_user(), await make_user()
-    org = live_server.admin(accounts.create_organization, "Venue", owner.email, None)["organization_id"]
-    live_server.admin(accounts.add_member, org, admin.email, "admin")
-    live_server.admin(accounts.add_member, org, member.email, "member")
-    return org, owner, admin, member
 
 
 # --- create ---------------------------------------------------------------
@@ -511,10 +510,7 @@ async def test_remove_unlinks_only(api: Any, user: Any) -> None:
 
 async def test_remove_by_a_stranger_is_404(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await new_profile(api, owner)
-    series = await make_series(api, owner, profile["id"])
-    event = await new_event(api, owner, profile)
-    await link(api, owner, series["id"], event["id"])
+    series, event = await _series_of_one_event(api, owner)
     status, error, _ = await api.delete(f"/v1/series/{series['id']}/events/{event['id']}", stranger)
     assert_error(status, error, 404, "resource_not_found")
     assert await event_ids(api, series["id"], owner) == [event["id"]]
@@ -723,10 +719,7 @@ async def test_delete_with_cascade_deletes_exactly_the_exclusive_events(api: Any
 
 
 async def test_delete_cascade_false_is_the_default(api: Any, user: Any) -> None:
-    profile = await new_profile(api, user)
-    series = await make_series(api, user, profile["id"])
-    event = await new_event(api, user, profile)
-    await link(api, user, series["id"], event["id"])
+    series, event = await _series_of_one_event(api, user)
     status, body, _ = await api.delete(f"/v1/series/{series['id']}", user,
                                        params={"cascade_exclusive_events": "false"})
     assert status == 200
@@ -736,10 +729,7 @@ async def test_delete_cascade_false_is_the_default(api: Any, user: Any) -> None:
 
 async def test_refused_deletes_change_nothing(api: Any, make_user: Any) -> None:
     owner, stranger = await make_user(), await make_user()
-    profile = await new_profile(api, owner)
-    series = await make_series(api, owner, profile["id"])
-    event = await new_event(api, owner, profile)
-    await link(api, owner, series["id"], event["id"])
+    series, event = await _series_of_one_event(api, owner)
     path = f"/v1/series/{series['id']}"
 
     status, error, _ = await api.delete(path, stranger, params={"cascade_exclusive_events": "true"})

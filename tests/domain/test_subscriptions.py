@@ -73,6 +73,35 @@ async def publisher(api: Any, make_user: Any, **profile: Any) -> tuple[Any, dict
     return owner, await new_profile(api, owner, **profile)
 
 
+async def _one_event_synced(api: Any, make_user: Any, subscription_type: str = "profile"
+                            ) -> tuple[Any, dict[str, Any], dict[str, Any], Any, dict[str, Any]]:
+    """A publisher's profile with one event titled with a fresh tag, and a fan subscribed to
+    the profile (or to a series of it that has the event) once the copy is in the fan's
+    calendar: (owner, profile, event, fan, subscription)."""
+    owner, profile = await publisher(api, make_user)
+    event = await new_event(api, owner, profile, title=handle("t"))
+    target = {"profile_id": profile["id"]}
+    if subscription_type == "series":
+        series = await _series(api, owner, profile)
+        await _link(api, owner, series, event)
+        target = {"series_id": series["id"]}
+    fan = await make_user()
+    sub = await subscribe(api, fan, subscription_type=subscription_type, **target)
+    await until_titles(api, fan, {event["title"]}, {event["title"]})
+    return owner, profile, event, fan, sub
+
+
+async def _cut_off(api: Any, fan: Any, sub: dict[str, Any], tag: str, source: str
+                   ) -> dict[str, Any]:
+    """Once the copy of `tag` has left the fan's calendar: the subscription, its access
+    invalid and its `source` (profile_id, series_id) gone."""
+    await until_titles(api, fan, set(), {tag})
+    status, got, _ = await api.get(f"/v1/subscriptions/{sub['id']}", fan)
+    assert status == 200, got
+    assert (got["access_valid"], got[source]) == (False, None)
+    return got  # type: ignore[no-any-return]
+
+
 # --- subscribe and sync ---------------------------------------------------------
 
 
@@ -100,12 +129,9 @@ async def test_a_profile_subscription_copies_the_visible_events(api: Any, make_u
 
 
 async def test_synced_copies_are_read_only(api: Any, make_user: Any) -> None:
-    owner, profile = await publisher(api, make_user)
-    tag = handle("t")
-    await new_event(api, owner, profile, title=tag)
-    fan = await make_user()
-    await subscribe(api, fan, subscription_type="profile", profile_id=profile["id"])
-    copy = (await until_titles(api, fan, {tag}, {tag}))[tag]
+    _, _, event, fan, _ = await _one_event_synced(api, make_user)
+    tag = event["title"]
+    copy = (await copies(api, fan))[tag]
     path = f"/v1/calendars/{fan.calendar_id}/events/{copy['id']}"
     status, body, _ = await api.patch(path, fan, json={"title": "Mine now"})
     assert_error(status, body, 409, "calendar_event_read_only")
@@ -159,12 +185,8 @@ async def test_changes_at_the_source_reach_the_copies(api: Any, make_user: Any) 
 
 
 async def test_an_event_made_private_leaves_the_calendar(api: Any, make_user: Any) -> None:
-    owner, profile = await publisher(api, make_user)
-    tag = handle("t")
-    event = await new_event(api, owner, profile, title=tag)
-    fan = await make_user()
-    await subscribe(api, fan, subscription_type="profile", profile_id=profile["id"])
-    await until_titles(api, fan, {tag}, {tag})
+    owner, _, event, fan, _ = await _one_event_synced(api, make_user)
+    tag = event["title"]
     await api.patch(f"/v1/events/{event['id']}", owner, json={"is_private": True})
     await until_titles(api, fan, set(), {tag})
     await api.patch(f"/v1/events/{event['id']}", owner, json={"is_private": False})
@@ -172,19 +194,13 @@ async def test_an_event_made_private_leaves_the_calendar(api: Any, make_user: An
 
 
 async def test_a_profile_made_private_invalidates_access(api: Any, make_user: Any) -> None:
-    owner, profile = await publisher(api, make_user)
-    tag = handle("t")
-    await new_event(api, owner, profile, title=tag)
-    fan = await make_user()
-    sub = await subscribe(api, fan, subscription_type="profile", profile_id=profile["id"])
-    await until_titles(api, fan, {tag}, {tag})
+    owner, profile, event, fan, sub = await _one_event_synced(api, make_user)
+    tag = event["title"]
 
     status, body, _ = await api.patch(f"/v1/profiles/{profile['id']}", owner, json={"is_private": True})
     assert status == 200, body
-    await until_titles(api, fan, set(), {tag})
-    status, got, _ = await api.get(f"/v1/subscriptions/{sub['id']}", fan)
-    assert status == 200
-    assert (got["access_valid"], got["profile_id"], got["subscription_type"]) == (False, None, "profile")
+    got = await _cut_off(api, fan, sub, tag, "profile_id")
+    assert got["subscription_type"] == "profile"
 
     await api.patch(f"/v1/profiles/{profile['id']}", owner, json={"is_private": False})
     await until_titles(api, fan, {tag}, {tag})
@@ -192,18 +208,17 @@ async def test_a_profile_made_private_invalidates_access(api: Any, make_user: An
     assert (got["access_valid"], got["profile_id"]) == (True, profile["id"])
 
 
-async def test_a_deleted_profile_leaves_the_calendar(api: Any, make_user: Any) -> None:
-    owner, profile = await publisher(api, make_user)
-    tag = handle("t")
-    await new_event(api, owner, profile, title=tag)
-    fan = await make_user()
-    sub = await subscribe(api, fan, subscription_type="profile", profile_id=profile["id"])
-    await until_titles(api, fan, {tag}, {tag})
-    status, _, _ = await api.delete(f"/v1/profiles/{profile['id']}", owner)
-    assert status == 204
-    await until_titles(api, fan, set(), {tag})
-    status, got, _ = await api.get(f"/v1/subscriptions/{sub['id']}", fan)
-    assert (got["access_valid"], got["profile_id"]) == (False, None)
+@pytest.mark.parametrize(("subscription_type", "collection", "deleted"),
+                         [("profile", "profiles", 204), ("series", "series", 200)],
+                         ids=["profile", "series"])
+async def test_a_deleted_profile_or_series_leaves_the_calendar(
+    api: Any, make_user: Any, subscription_type: str, collection: str, deleted: int
+) -> None:
+    owner, _, event, fan, sub = await _one_event_synced(api, make_user, subscription_type)
+    source = f"{subscription_type}_id"
+    status, _, _ = await api.delete(f"/v1/{collection}/{sub[source]}", owner)
+    assert status == deleted
+    await _cut_off(api, fan, sub, event["title"], source)
 
 
 async def test_members_of_the_organization_get_its_private_events(
@@ -282,21 +297,6 @@ async def test_a_series_subscription_follows_membership(api: Any, make_user: Any
     # A series made private: nothing left, access invalid.
     await api.patch(f"/v1/series/{series['id']}", owner, json={"is_private": True})
     await until_titles(api, fan, set(), among)
-    status, got, _ = await api.get(f"/v1/subscriptions/{sub['id']}", fan)
-    assert (got["access_valid"], got["series_id"]) == (False, None)
-
-
-async def test_a_deleted_series_leaves_the_calendar(api: Any, make_user: Any) -> None:
-    owner, profile = await publisher(api, make_user)
-    series = await _series(api, owner, profile)
-    tag = handle("t")
-    await _link(api, owner, series, await new_event(api, owner, profile, title=tag))
-    fan = await make_user()
-    sub = await subscribe(api, fan, subscription_type="series", series_id=series["id"])
-    await until_titles(api, fan, {tag}, {tag})
-    status, _, _ = await api.delete(f"/v1/series/{series['id']}", owner)
-    assert status == 200
-    await until_titles(api, fan, set(), {tag})
     status, got, _ = await api.get(f"/v1/subscriptions/{sub['id']}", fan)
     assert (got["access_valid"], got["series_id"]) == (False, None)
 
@@ -434,12 +434,8 @@ async def test_sync_jobs_of_a_locked_profile_hold_no_connection_and_run_once_it_
 async def test_unsubscribe_removes_the_copies_through_a_cleanup_job(
     api: Any, make_user: Any, live_server: Any, database_url: str
 ) -> None:
-    owner, profile = await publisher(api, make_user)
-    tag = handle("t")
-    await new_event(api, owner, profile, title=tag)
-    fan = await make_user()
-    sub = await subscribe(api, fan, subscription_type="profile", profile_id=profile["id"])
-    await until_titles(api, fan, {tag}, {tag})
+    _, profile, event, fan, sub = await _one_event_synced(api, make_user)
+    tag = event["title"]
 
     held = await _hold_sync_lock(database_url, profile["id"], live_server.db)
     try:
@@ -478,13 +474,8 @@ async def test_unsubscribe_removes_the_copies_through_a_cleanup_job(
 async def test_consolidate_retires_the_series_subscriptions_of_the_profile(
     api: Any, make_user: Any
 ) -> None:
-    owner, profile = await publisher(api, make_user)
-    series = await _series(api, owner, profile)
-    tag = handle("t")
-    await _link(api, owner, series, await new_event(api, owner, profile, title=tag))
-    fan = await make_user()
-    child = await subscribe(api, fan, subscription_type="series", series_id=series["id"])
-    await until_titles(api, fan, {tag}, {tag})
+    _, profile, event, fan, child = await _one_event_synced(api, make_user, "series")
+    tag = event["title"]
 
     # Without consolidate nothing is retired.
     plain = await subscribe(api, fan, subscription_type="profile", profile_id=profile["id"])

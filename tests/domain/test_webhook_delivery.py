@@ -27,7 +27,7 @@ import aiohttp
 import asyncpg
 import pytest
 from aiohttp import web
-from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile
+from conftest import Api, LiveServer, User, migrated_database, new_event, new_profile, own_server
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from domain import config
@@ -118,18 +118,9 @@ def _settings() -> config.Settings:
 
 
 @pytest.fixture(scope="module")
-def hooks_dsn(database_url: str) -> Iterator[str]:
-    with migrated_database(database_url, "kalends_hooks") as dsn:
-        yield dsn
-
-
-@pytest.fixture(scope="module")
-def hooks(hooks_dsn: str) -> Iterator[LiveServer]:
-    server = LiveServer(hooks_dsn, settings=_settings())
-    try:
+def hooks(database_url: str) -> Iterator[LiveServer]:
+    with own_server(database_url, "kalends_hooks", settings=_settings()) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture

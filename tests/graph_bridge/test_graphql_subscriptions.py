@@ -25,14 +25,22 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from conftest import Api, LiveServer, User, assert_error, migrated_database, new_event, new_profile
+from conftest import (
+    Api,
+    LiveServer,
+    User,
+    assert_error,
+    migrated_database,
+    new_event,
+    new_profile,
+    org_with,
+)
 from gql import Client, GraphQLRequest
 from gql.transport.exceptions import TransportError, TransportQueryError
 from gql.transport.websockets import WebsocketsTransport
 from processes import ROOT, Service, create_user, request, service_env, start
 
 from db.changes import APPLICATION_NAME
-from domain import accounts
 from graph_bridge import ws
 from registry.operations.events import EVENT_FIELDS
 
@@ -243,10 +251,9 @@ async def test_only_subscriptions_within_bounds(
 async def test_a_profile_not_administered_is_refused_as_its_read_is(
     live_server: LiveServer, api: Api, make_user: Any
 ) -> None:
-    owner, member, stranger = await make_user(), await make_user(), await make_user()
-    org = live_server.admin(accounts.create_organization, "Hall", owner.email, None)
-    live_server.admin(accounts.add_member, org["organization_id"], member.email, "member")
-    profile = await new_profile(api, owner, organization_id=org["organization_id"])
+    org, owner, _, member = await org_with(live_server, make_user)
+    stranger = await make_user()
+    profile = await new_profile(api, owner, organization_id=org)
     read = f"/v1/profiles/{profile['id']}/webhook-endpoints"
     for caller, status, code in ((member, 403, "forbidden"),
                                  (stranger, 404, "resource_not_found")):
@@ -261,10 +268,8 @@ async def test_a_profile_not_administered_is_refused_as_its_read_is(
 async def test_the_owner_sees_each_change_as_get_event_shows_it(
     live_server: LiveServer, api: Api, make_user: Any
 ) -> None:
-    owner, admin = await make_user(), await make_user()
-    org = live_server.admin(accounts.create_organization, "Hall", owner.email, None)
-    live_server.admin(accounts.add_member, org["organization_id"], admin.email, "admin")
-    profile = await new_profile(api, owner, organization_id=org["organization_id"])
+    org, owner, admin, _ = await org_with(live_server, make_user)
+    profile = await new_profile(api, owner, organization_id=org)
     variables = {"profile_id": profile["id"]}
     async with client(live_server.url, owner.api_key) as mine, \
             client(live_server.url, admin.api_key) as theirs, \

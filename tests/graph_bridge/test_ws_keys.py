@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from conftest import Api, LiveServer, User, new_event, new_profile, own_server
+from conftest import Api, LiveServer, User, new_event, new_profile, org_with, own_server
 
 from db.accounts import LIVE_LOCK
 from domain import accounts
@@ -405,10 +405,9 @@ async def test_every_subscribe_is_charged_to_the_keys_rate_limit(limited: LiveSe
 async def test_a_subscription_whose_target_is_no_longer_readable_ends_at_the_next_change(
     live_server: LiveServer, api: Api, make_user: Any
 ) -> None:
-    owner, admin, guest = await make_user(), await make_user(), await make_user()
-    org = live_server.admin(accounts.create_organization, "Hall", owner.email, None)
-    live_server.admin(accounts.add_member, org["organization_id"], admin.email, "admin")
-    profile = await new_profile(api, owner, organization_id=org["organization_id"])
+    org, owner, admin, _ = await org_with(live_server, make_user)
+    guest = await make_user()
+    profile = await new_profile(api, owner, organization_id=org)
     event = await new_event(api, owner, profile, **TIMED)
     async with sockets() as open_socket:
         theirs = await open_socket(live_server.url)
@@ -423,7 +422,7 @@ async def test_a_subscription_whose_target_is_no_longer_readable_ends_at_the_nex
         assert (await message(theirs))["type"] == "next"
 
         # Demoted to member: the profile's webhook read now answers 403.
-        live_server.admin(accounts.add_member, org["organization_id"], admin.email, "member")
+        live_server.admin(accounts.add_member, org, admin.email, "member")
         status, _, _ = await api.patch(f"/v1/events/{event['id']}", owner,
                                        json={"title": "Private now", "is_private": True})
         assert status == 200

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from conftest import Api, LiveServer, handle, migrated_database, new_event, new_profile
+from conftest import Api, LiveServer, handle, new_event, new_profile, own_server
 
 from db import sync as sync_store
 from db.database import Tx
@@ -32,18 +32,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def jobless_dsn(database_url: str) -> Iterator[str]:
-    with migrated_database(database_url, "kalends_worker") as dsn:
-        yield dsn
-
-
-@pytest.fixture(scope="module")
-def jobless_server(jobless_dsn: str) -> Iterator[LiveServer]:
-    server = LiveServer(jobless_dsn, run_jobs=False)
-    try:
+def jobless_server(database_url: str) -> Iterator[LiveServer]:
+    with own_server(database_url, "kalends_worker", run_jobs=False) as server:
         yield server
-    finally:
-        server.close()
+
+
+@pytest.fixture
+def jobless_dsn(jobless_server: LiveServer) -> str:
+    """The database of `jobless_server`, which no other worker takes jobs from."""
+    assert jobless_server.db.dsn is not None
+    return jobless_server.db.dsn
 
 
 @pytest.fixture

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import secrets
 from typing import Any
 
 import httpx2
 import orjson
 import pytest
+from conftest import caller_on
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 from multidict import CIMultiDict, MultiDict
-from oauth_flow import tokens_for
 
 from domain import accounts
 from mcp_bridge.jsonrpc import RpcError
@@ -425,21 +424,10 @@ async def test_tool_errors_carry_the_request_id(api: Any, user: Any) -> None:
     assert orjson.loads(block["text"])["error"]["request_id"] == "mcp-trace-1"
 
 
-@pytest.fixture
-async def bearer(live_server: Any, user: Any) -> Any:
-    """The user as /mcp sees them: an OAuth access token in place of the key."""
-    _, tokens = await tokens_for(live_server.url, user.api_key)
-    return dataclasses.replace(user, api_key=tokens["access_token"])
-
-
-def _caller(path: str, user: Any, bearer: Any) -> Any:
-    return bearer if path == "/mcp" else user
-
-
 @pytest.mark.parametrize("path", ["/mcp", "/mcp-developer"])
 @pytest.mark.parametrize("method", ["GET", "DELETE"])
 async def test_only_post(api: Any, user: Any, bearer: Any, path: str, method: str) -> None:
-    status, body, headers = await api.request(method, path, _caller(path, user, bearer))
+    status, body, headers = await api.request(method, path, caller_on(path, user, bearer))
     _assert_http_refusal(status, body, 405, "method_not_allowed", -32600)
     assert headers["Allow"] == "POST"
 
@@ -481,7 +469,7 @@ async def test_foreign_origins_are_forbidden(
     for origin in ("http://evil.example.com", "null", "https://localhost.evil.example"):
         status, body, _ = await _post(
             api,
-            _caller(path, user, bearer),
+            caller_on(path, user, bearer),
             _modern("server/discover")["body"],
             {**_modern("server/discover")["headers"], "Origin": origin},
             path=path,

@@ -8,7 +8,8 @@ from datetime import date, timedelta
 from typing import Any
 
 from conftest import Api, LiveServer, User, new_event, new_profile
-from test_mcp_events import error_of, list_tools, sdk_client
+from mcp_clients import list_tools, sdk_client
+from test_mcp_events import error_of
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
 from mcp_bridge import arguments, tools

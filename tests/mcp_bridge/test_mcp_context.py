@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import Api, LiveServer, User, new_profile
-from test_mcp_events import list_tools, sdk_client
+from mcp_clients import list_tools, sdk_client
 
 from registry import OPERATIONS
 from registry.toolsets import toolsets

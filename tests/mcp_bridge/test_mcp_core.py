@@ -10,9 +10,7 @@ skipped.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,8 @@ from typing import Any
 import npm_cache
 import orjson
 import pytest
+from conftest import caller_on
 from mcp.shared.exceptions import MCPError
-from oauth_flow import tokens_for
 from test_mcp_toolsets import _session
 
 import kalends.service.app  # noqa: F401  (registers and prepares every operation)
@@ -47,10 +45,7 @@ process.stdin.on("end", () => {
 @pytest.fixture(scope="module")
 def o200k() -> Any:
     """The tokens of a text, as `o200k_base` counts them."""
-    if shutil.which("node") is None:
-        pytest.skip("node is not installed")
-    npm_cache.install(CACHE, [f"{TIKTOKEN}@{TIKTOKEN_VERSION}"],
-                      lambda: npm_cache.version(CACHE, TIKTOKEN) == TIKTOKEN_VERSION)
+    npm_cache.install_pinned(CACHE, TIKTOKEN, TIKTOKEN_VERSION)
 
     def count(text: str) -> int:
         done = subprocess.run(["node", "-e", _COUNT, str(CACHE)], input=text,
@@ -60,21 +55,12 @@ def o200k() -> Any:
     return count
 
 
-@pytest.fixture
-async def bearer(live_server: Any, user: Any) -> Any:
-    """The user as /mcp sees them: an OAuth access token in place of the key."""
-    _, tokens = await tokens_for(live_server.url, user.api_key)
-    return dataclasses.replace(user, api_key=tokens["access_token"])
-
-
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("route", ROUTES)
 async def test_the_core_listing_fits_8000_tokens(
         api: Any, user: Any, bearer: Any, o200k: Any, route: str) -> None:
     """The tools/list answer as sent, counted whole."""
-    caller = bearer if route == "/mcp" else user
+    caller = caller_on(route, user, bearer)
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     status, answer, _ = await api.post(route, caller, data=orjson.dumps(body), headers={
         "Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"})
@@ -95,7 +81,7 @@ def test_the_core_toolset_is_a_persons_day() -> None:
 @pytest.mark.parametrize("route", ROUTES)
 async def test_both_routes_list_core_and_say_how_to_ask_for_more(
         live_server: Any, user: Any, bearer: Any, route: str, mode: str, version: str) -> None:
-    caller = bearer if route == "/mcp" else user
+    caller = caller_on(route, user, bearer)
     async with _session(live_server.url + route, dict(caller.headers), mode) as client:
         assert client.protocol_version == version
         listed = await client.list_tools()

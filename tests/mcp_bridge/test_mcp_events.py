@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx2
 import orjson
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
+from mcp_clients import list_tools, sdk_client
 
 ISSUE_OPERATIONS = ["listProfileEvents", "createProfileEvent", "listProfileSeries", "createProfileSeries", "listEvents", "createEvent", "getEvent", "updateEvent", "deleteEvent", "cancelEvent", "rescheduleEvent", "listEventRsvps", "createEventRsvp", "updateEventRsvp", "deleteEventRsvp", "getEventRsvpStats", "getEventRsvpSettings", "updateEventRsvpSettings", "listSeries", "getSeries", "updateSeries", "deleteSeries", "previewSeriesDeletion", "listSeriesEvents", "addSeriesEvent", "removeSeriesEvent"]
 
@@ -44,30 +40,6 @@ def _error(result: CallToolResult, code: str, param: str | None = None) -> dict[
     if param is not None:
         assert error.get("param") == param, error
     return error
-
-
-@asynccontextmanager
-async def sdk_client(live_server: Any, user: Any, toolsets: str = "all"
-                     ) -> AsyncIterator[Client]:
-    """The official SDK's client on /mcp-developer, as `user`, listing `toolsets`."""
-    url = f"{live_server.url}/mcp-developer?toolsets={toolsets}"
-    async with (
-        httpx2.AsyncClient(headers=user.headers) as http,
-        Client(streamable_http_client(url, http_client=http), cache=None) as client,
-    ):
-        yield client
-
-
-async def list_tools(client: Client) -> dict[str, Any]:
-    """Every tool, by name, through all the pages of tools/list."""
-    tools: dict[str, Any] = {}
-    cursor: str | None = None
-    while True:
-        page = await client.list_tools(cursor=cursor)
-        tools.update({t.name: t for t in page.tools})
-        cursor = page.next_cursor
-        if cursor is None:
-            return tools
 
 
 async def test_events_series_and_rsvps_as_tools(live_server: Any, user: Any) -> None:

@@ -16,7 +16,8 @@ import pytest
 from conftest import Api, LiveServer, User, new_profile
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
-from test_mcp_events import error_of, list_tools, sdk_client
+from mcp_clients import list_tools, sdk_client
+from test_mcp_events import error_of
 
 from mcp_bridge import tools
 from registry import OPERATIONS

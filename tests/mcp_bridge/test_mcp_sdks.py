@@ -15,9 +15,7 @@ use (tests/npm_cache.py); without npm or node the TypeScript half is skipped.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,10 +24,10 @@ import httpx2
 import npm_cache
 import orjson
 import pytest
+from conftest import caller_on
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
-from oauth_flow import tokens_for
 
 # slow: the npm TypeScript SDK, installed and run (the fast loop, pytest -m 'not slow', leaves it out)
 pytestmark = pytest.mark.slow
@@ -71,24 +69,9 @@ def _envelope(result: dict[str, Any]) -> dict[str, Any]:
     return envelope["error"]  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-async def bearer(live_server: Any, user: Any) -> Any:
-    """The user as /mcp sees them: an OAuth access token in place of the key."""
-    _, tokens = await tokens_for(live_server.url, user.api_key)
-    return dataclasses.replace(user, api_key=tokens["access_token"])
-
-
-def _caller(route: str, user: Any, bearer: Any) -> Any:
-    return bearer if route == "/mcp" else user
-
-
 @pytest.fixture(scope="module")
 def typescript_sdk() -> Path:
-    if shutil.which("node") is None:
-        pytest.skip("node is not installed")
-    npm_cache.install(CACHE, [f"{SDK_PACKAGE}@{SDK_VERSION}"],
-                      lambda: npm_cache.version(CACHE, SDK_PACKAGE) == SDK_VERSION)
-    return CACHE
+    return npm_cache.install_pinned(CACHE, SDK_PACKAGE, SDK_VERSION)
 
 
 def _typescript(sdk: Path, url: str, token: str, calls: list[dict[str, Any]]
@@ -104,7 +87,7 @@ def _typescript(sdk: Path, url: str, token: str, calls: list[dict[str, Any]]
 @pytest.mark.parametrize("route", ROUTES)
 async def test_the_typescript_sdk_shows_every_api_error(
         live_server: Any, user: Any, bearer: Any, typescript_sdk: Path, route: str) -> None:
-    caller = _caller(route, user, bearer)
+    caller = caller_on(route, user, bearer)
     errors = _errors(user.calendar_id)
     calls = [{"name": "listCalendars", "arguments": {}},
              *({"name": name, "arguments": arguments} for name, arguments, _, _ in errors)]
@@ -123,7 +106,7 @@ async def test_the_typescript_sdk_shows_every_api_error(
 @pytest.mark.parametrize("route", ROUTES)
 async def test_the_python_sdk_shows_every_api_error(
         live_server: Any, user: Any, bearer: Any, route: str) -> None:
-    caller = _caller(route, user, bearer)
+    caller = caller_on(route, user, bearer)
     async with (
         httpx2.AsyncClient(headers=caller.headers) as http,
         Client(streamable_http_client(f"{live_server.url}{route}?toolsets=all",

@@ -22,6 +22,7 @@ import httpx2
 import jsonschema  # type: ignore[import-untyped]
 import orjson
 import pytest
+from conftest import caller_on
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from mcp import Client
@@ -465,15 +466,8 @@ def test_the_catalogue_is_smaller_whole_and_selected() -> None:
 # -- through real MCP sessions, on both routes -------------------------------------------
 
 
-@pytest.fixture
-async def bearer(live_server: Any, user: Any) -> Any:
-    """The user as /mcp sees them: an OAuth access token in place of the key."""
-    _, tokens = await tokens_for(live_server.url, user.api_key)
-    return dataclasses.replace(user, api_key=tokens["access_token"])
-
-
 def _credential(route: str, user: Any, bearer: Any) -> dict[str, str]:
-    return dict((bearer if route == "/mcp" else user).headers)
+    return dict(caller_on(route, user, bearer).headers)
 
 
 @asynccontextmanager
@@ -503,19 +497,24 @@ def _ok(result: CallToolResult) -> Any:
     return result.structured_content
 
 
+def _asking(url: str, credential: dict[str, str], form: str, headers: dict[str, str],
+            query: str) -> tuple[str, dict[str, str]]:
+    """The URL and headers of a request that asks for a selection in `form`: in `headers`
+    (the "header" form), or as the URL's `query`."""
+    if form == "header":
+        return url, {**credential, **headers}
+    return f"{url}?{query}", credential
+
+
 @pytest.mark.parametrize("form", ["header", "query"])
 @pytest.mark.parametrize("route", ROUTES)
 async def test_a_selection_narrows_listing_and_calls(
     live_server: Any, user: Any, bearer: Any, route: str, form: str
 ) -> None:
-    headers = _credential(route, user, bearer)
-    url = live_server.url + route
     # Case, spaces and an unknown name, as a user may type them.
     asked = "Calendars , AGENDA,no-such-toolset"
-    if form == "header":
-        headers["X-MCP-Toolsets"] = asked
-    else:
-        url += "?toolsets=" + asked.replace(" ", "%20")
+    url, headers = _asking(live_server.url + route, _credential(route, user, bearer), form,
+                           {"X-MCP-Toolsets": asked}, "toolsets=" + asked.replace(" ", "%20"))
     selection = Selection(frozenset({"calendars", "agenda"}))
     async with _session(url, headers) as client:
         assert await _listed_names(client) == _names(selection)
@@ -531,12 +530,9 @@ async def test_a_selection_narrows_listing_and_calls(
 async def test_readonly_lists_only_read_only_tools(
     live_server: Any, user: Any, bearer: Any, route: str, form: str
 ) -> None:
-    headers = _credential(route, user, bearer)
-    url = live_server.url + route
-    if form == "header":
-        headers.update({"X-MCP-Readonly": "true", "X-MCP-Toolsets": "events,rsvps"})
-    else:
-        url += "?readonly=1&toolsets=events,rsvps"
+    url, headers = _asking(live_server.url + route, _credential(route, user, bearer), form,
+                           {"X-MCP-Readonly": "true", "X-MCP-Toolsets": "events,rsvps"},
+                           "readonly=1&toolsets=events,rsvps")
     selection = Selection(frozenset({"events", "rsvps"}), read_only=True)
     async with _session(url, headers) as client:
         names = await _listed_names(client)

@@ -299,10 +299,9 @@ async def test_pkce_and_redirect_uris_are_exact(server: LiveServer, person: User
         await browser.close()
 
 
-async def test_a_reused_code_revokes_what_it_gave(server: LiveServer, person: User,
-                                                 http: aiohttp.ClientSession) -> None:
-    _, client = await register(http, server.url)
-    flow = Flow(server.url, client["client_id"])
+async def _consented(server: LiveServer, person: User, flow: Flow) -> tuple[str, str]:
+    """A code the person consented to in the browser for `flow`'s client, and the PKCE
+    verifier it is bound to."""
     verifier, pkce_challenge = pkce()
     browser = Browser()
     try:
@@ -310,7 +309,15 @@ async def test_a_reused_code_revokes_what_it_gave(server: LiveServer, person: Us
                                          person.api_key)
     finally:
         await browser.close()
-    form = {"grant_type": "authorization_code", "code": query_of(location)["code"],
+    return query_of(location)["code"], verifier
+
+
+async def test_a_reused_code_revokes_what_it_gave(server: LiveServer, person: User,
+                                                 http: aiohttp.ClientSession) -> None:
+    _, client = await register(http, server.url)
+    flow = Flow(server.url, client["client_id"])
+    code, verifier = await _consented(server, person, flow)
+    form = {"grant_type": "authorization_code", "code": code,
             "redirect_uri": REDIRECT_URI, "code_verifier": verifier}
     status, tokens = await flow.token(http, **form)
     assert status == 200
@@ -328,14 +335,8 @@ async def test_a_refused_code_is_not_used_up(server: LiveServer, person: User,
     _, client = await register(http, server.url)
     _, stranger = await register(http, server.url)
     flow = Flow(server.url, client["client_id"])
-    verifier, pkce_challenge = pkce()
-    browser = Browser()
-    try:
-        location = await browser.consent(flow.authorization_url(pkce_challenge), server.url,
-                                         person.api_key)
-    finally:
-        await browser.close()
-    honest = {"grant_type": "authorization_code", "code": query_of(location)["code"],
+    code, verifier = await _consented(server, person, flow)
+    honest = {"grant_type": "authorization_code", "code": code,
               "redirect_uri": REDIRECT_URI, "code_verifier": verifier,
               "resource": server.url + "/mcp"}
     refused: list[tuple[Flow, dict[str, str], str]] = [

@@ -121,6 +121,16 @@ END:VEVENT"""
     assert result["holiday@kalends.test"][0].end_day == date(2025, 7, 15)
 
 
+def _instance(recurrence_id: str, start: str, end: str, *more: str) -> str:
+    """An override of series@kalends.test: its instance of `recurrence_id` at `start` to
+    `end` instead (local times in Paris), with `more` lines."""
+    return "\n".join([
+        "BEGIN:VEVENT", "UID:series@kalends.test", "DTSTAMP:20250101T000000Z",
+        f"RECURRENCE-ID;TZID=Europe/Paris:{recurrence_id}",
+        f"DTSTART;TZID=Europe/Paris:{start}", f"DTEND;TZID=Europe/Paris:{end}", *more,
+        "END:VEVENT"])
+
+
 def test_exdate_and_a_moved_instance() -> None:
     series = """BEGIN:VEVENT
 UID:series@kalends.test
@@ -129,30 +139,13 @@ DTSTART;TZID=Europe/Paris:20250106T090000
 DTEND;TZID=Europe/Paris:20250106T100000
 RRULE:FREQ=WEEKLY;COUNT=6
 EXDATE;TZID=Europe/Paris:20250113T090000
-END:VEVENT
-BEGIN:VEVENT
-UID:series@kalends.test
-DTSTAMP:20250101T000000Z
-RECURRENCE-ID;TZID=Europe/Paris:20250120T090000
-DTSTART;TZID=Europe/Paris:20250122T140000
-DTEND;TZID=Europe/Paris:20250122T150000
-END:VEVENT
-BEGIN:VEVENT
-UID:series@kalends.test
-DTSTAMP:20250101T000000Z
-RECURRENCE-ID;TZID=Europe/Paris:20250127T090000
-DTSTART;TZID=Europe/Paris:20250127T090000
-DTEND;TZID=Europe/Paris:20250127T100000
-STATUS:CANCELLED
-END:VEVENT
-BEGIN:VEVENT
-UID:series@kalends.test
-DTSTAMP:20250101T000000Z
-RECURRENCE-ID;TZID=Europe/Paris:20250210T090000
-DTSTART;TZID=Europe/Paris:20250108T090000
-DTEND;TZID=Europe/Paris:20250108T100000
 END:VEVENT"""
-    result = expand(calendar(PARIS, series), utc(2025, 1, 1), utc(2025, 2, 1))
+    moved = _instance("20250120T090000", "20250122T140000", "20250122T150000")
+    cancelled = _instance("20250127T090000", "20250127T090000", "20250127T100000",
+                          "STATUS:CANCELLED")
+    back = _instance("20250210T090000", "20250108T090000", "20250108T100000")
+    result = expand(calendar(PARIS, series, moved, cancelled, back), utc(2025, 1, 1),
+                    utc(2025, 2, 1))
     occurrences = result["series@kalends.test"]
     assert occurrences == [
         Occurrence(utc(2025, 1, 6, 8), utc(2025, 1, 6, 9)),
