@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import os
 import secrets
 import shutil
@@ -69,6 +70,35 @@ def pytest_configure(config: pytest.Config) -> None:
     # session's fixtures still stop the servers they started.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _interrupt)
+
+
+_NODE_PEERS = ("icaljs", "oidc_server", "test_apollo_cache", "test_mcp_conformance",
+               "test_mcp_core", "test_mcp_sdks")
+"""The modules whose npm packages (tests/npm_cache.py) a whole run needs, each by its
+`install` or `ensure_installed`."""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A run of the whole suite across workers installs the npm packages it will need
+    in the background from its start: on a fresh machine they are several hundred MB
+    downloaded, and each test that needs them would otherwise wait for its own on the
+    worker it holds. A test that comes first waits on the cache's lock; what fails
+    here is left for that test to install again and report."""
+    config = session.config
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) \
+            or "slow" in (config.option.markexpr or "") or config.args not in (
+                [], ["tests"], [str(Path(__file__).parent)]):
+        return
+
+    def install(name: str) -> None:
+        try:
+            module = importlib.import_module(name)
+            (getattr(module, "install", None) or module.ensure_installed)()
+        except BaseException:  # a skip too: the test that needs it tries again, and says
+            pass
+
+    for name in _NODE_PEERS:
+        threading.Thread(target=install, args=(name,), name=f"npm {name}", daemon=True).start()
 
 
 MAX_WORKERS = 4

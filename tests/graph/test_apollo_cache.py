@@ -78,11 +78,16 @@ def _read(node: str, live_url: str, user: User, ids: dict[str, str], cache_modul
     return json.loads(run.stdout)  # type: ignore[no-any-return]
 
 
+def install() -> None:
+    """Apollo Client and its peers in .cache/apollo, installed once."""
+    npm_cache.install(CACHE, [f"{name}@{v}" for name, v in PACKAGES.items()], _installed)
+
+
 @pytest.mark.slow  # npm install (once) and two Node processes
 async def test_the_documented_cache_keeps_every_answer_without_a_warning(
         api: Api, user: User) -> None:
     node = _node()
-    npm_cache.install(CACHE, [f"{name}@{v}" for name, v in PACKAGES.items()], _installed)
+    install()
     profile = await new_profile(api, user)
     first = await new_event(api, user, profile, start_time="2031-05-06T10:00")
     second = await new_event(api, user, profile, start_time="2031-05-07T10:00")

@@ -84,12 +84,16 @@ def _installed() -> bool:
         == SUITE_VERSION
 
 
+def install() -> None:
+    npm_cache.install(CACHE, [f"@modelcontextprotocol/conformance@{SUITE_VERSION}", NODE_PACKAGE],
+                      _installed)
+
+
 @pytest.fixture(scope="module")
 def suite() -> list[str]:
     """The command that runs the suite, installed into .cache/conformance on first use
     (under npm_cache's lock: parallel sessions and xdist workers install once)."""
-    npm_cache.install(CACHE, [f"@modelcontextprotocol/conformance@{SUITE_VERSION}", NODE_PACKAGE],
-                      _installed)
+    install()
     return [str(NODE), str(SUITE / "dist" / "index.js")]
 
 

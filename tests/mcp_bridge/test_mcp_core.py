@@ -42,10 +42,14 @@ process.stdin.on("end", () => {
 """
 
 
+def install() -> Path:
+    return npm_cache.install_pinned(CACHE, TIKTOKEN, TIKTOKEN_VERSION)
+
+
 @pytest.fixture(scope="module")
 def o200k() -> Any:
     """The tokens of a text, as `o200k_base` counts them."""
-    npm_cache.install_pinned(CACHE, TIKTOKEN, TIKTOKEN_VERSION)
+    install()
 
     def count(text: str) -> int:
         done = subprocess.run(["node", "-e", _COUNT, str(CACHE)], input=text,

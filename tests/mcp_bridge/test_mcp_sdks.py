@@ -69,9 +69,13 @@ def _envelope(result: dict[str, Any]) -> dict[str, Any]:
     return envelope["error"]  # type: ignore[no-any-return]
 
 
+def install() -> Path:
+    return npm_cache.install_pinned(CACHE, SDK_PACKAGE, SDK_VERSION)
+
+
 @pytest.fixture(scope="module")
 def typescript_sdk() -> Path:
-    return npm_cache.install_pinned(CACHE, SDK_PACKAGE, SDK_VERSION)
+    return install()
 
 
 def _typescript(sdk: Path, url: str, token: str, calls: list[dict[str, Any]]
