@@ -121,6 +121,9 @@ class Replica:
     refused: str | None = None
     """Why a reachable server is not read (not in recovery, another primary's replica):
     said once in the log, not at every check."""
+    losses: int = 0
+    """How many times it was found down: a check that began before the last of them
+    says nothing of it now."""
     replayed: int | None = None
     lag: float | None = None
     """Seconds behind the primary at the last check (0 when it has replayed all it got);
@@ -135,6 +138,7 @@ class Replica:
 def _lose(replica: Replica) -> None:
     """Not up: its last position and lag say nothing any more."""
     replica.checked = True
+    replica.losses += 1
     replica.up = replica.behind = False
     replica.replayed = replica.lag = None
 
@@ -256,6 +260,7 @@ class Reads:
         replica.lag = lag
 
     async def _check(self, replica: Replica) -> None:
+        losses = replica.losses
         try:
             if replica.db is None:
                 connected = await asyncio.wait_for(
@@ -279,6 +284,11 @@ class Reads:
                     await asyncio.wait_for(db.close(), _CONNECT_TIMEOUT)
             return
         assert row is not None
+        if replica.losses != losses:
+            # A request lost its connection while this check was answered (a server
+            # shutting down answers some statements, and drops others): the next
+            # check says whether it is back; this one would say "usable" in between.
+            return
         if row["system"] != self._system:
             # A copy of another cluster (a wrong URL): its rows are not this primary's.
             self._refuse(replica, "is not a replica of this primary (another system "
