@@ -378,8 +378,9 @@ async def _subscribed(api: Api, user: User, profile: dict[str, Any], start: date
     deadline = time.monotonic() + 15
     while True:
         agenda = await _agenda(api, user, start)
-        if len(agenda["items"]) >= expected or time.monotonic() > deadline:
+        if len(agenda["items"]) >= expected:
             return agenda
+        assert time.monotonic() < deadline, agenda
         await asyncio.sleep(0.05)
 
 
@@ -449,7 +450,7 @@ async def test_an_occurrence_moved_outside_its_series_range_is_read_where_it_lie
     profile = await new_profile(api, user)
     start = _monday(2)
     event = await _weekly(api, user, profile, start, recurrence_rule="FREQ=WEEKLY;COUNT=3")
-    await _subscribed(api, user, profile, start, 3)
+    await _subscribed(api, user, profile, start, 2)  # the third is on the 15th day
     earlier, later = start - timedelta(days=3), start + timedelta(weeks=2, days=10)
     for slot, moved in ((start, earlier), (start + timedelta(weeks=2), later)):
         status, body, _ = await api.patch(_path(event, slot), user, json={
