@@ -148,21 +148,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # On an xdist worker a UsageError is lost in the controller's INTERNALERROR: each such
     # test fails instead, saying why.
     config.stash[_UNMARKED] = set(unmarked)
-    if hasattr(config, "workerinput"):
-        _heaviest_files_first(items)
-
-
-def _heaviest_files_first(items: list[pytest.Item]) -> None:
-    """Files in order of their slow tests, most first (each file's own order kept): xdist
-    hands whole files out in this order, and a run whose last files are its longest
-    ends with one worker busy and the others idle. Every worker sorts the same way."""
-    slow: dict[str, int] = {}
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
-    order = {module: rank for rank, module in enumerate(
-        sorted(slow, key=lambda m: -slow[m]))}
-    items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
