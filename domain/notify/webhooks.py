@@ -207,14 +207,14 @@ async def record(tx: Tx, event_type: EventType, profile_id: str, kind: Kind,
     the variables of its read) for each endpoint that wants it. Nothing is read
     or rendered for a profile without one. Live subscribers are told in any case
     (`domain.notify.changes`: the type and IDs only)."""
+    render = _RENDER.get()
+    if render is None:  # on every write, so a path that forgot fails without endpoints too
+        raise RuntimeError("a write recorded a webhook message outside `rendered_by`")
     await changes.announce(tx, event_type, profile_id,
                            [(r["event_id"], r.get("occurrence_id")) for r in resources])
     endpoints = await store.subscribed(tx, profile_id, event_type)
     if not endpoints or not resources:
         return
-    render = _RENDER.get()
-    if render is None:
-        raise RuntimeError("a write recorded a webhook message outside `rendered_by`")
     endpoint_ids = [e["id"] for e in endpoints]
     for variables in resources:
         data = await render(tx, endpoints[0]["owner_user_id"], kind, variables)

@@ -234,6 +234,7 @@ async def test_every_transport_writes_with_its_messages_and_a_bare_write_records
     it) fails, and its change goes with it: no event without its message."""
     owner = await make_user()
     profile = await new_profile(api, owner)
+    await new_profile(api, owner)  # one without endpoints
     await _create(api, owner, profile, event_types=["event.created"])
     await new_event(api, owner, profile, title="By REST")
     status, body, _ = await api.post("/graphql", owner, json={
@@ -265,8 +266,16 @@ async def _bare_write_fails(db: Database, profile_id: str) -> None:
                                      start_timezone="Europe/Paris")
     with pytest.raises(RuntimeError, match="outside `rendered_by`"):
         await events.create(db, row, data)
+    # A profile without endpoints too: the path, not the data, decides.
+    quiet = await db.fetchrow("SELECT * FROM profiles WHERE id <> $1 AND owner_user_id = $2"
+                              " AND deleted_at IS NULL LIMIT 1", profile_id, row["owner_user_id"])
+    assert quiet is not None
+    with pytest.raises(RuntimeError, match="outside `rendered_by`"):
+        await events.create(db, quiet, data)
     assert await db.fetchval("SELECT count(*) FROM events WHERE profile_id = $1"
                              " AND title = 'Bare'", profile_id) == 0
+    assert await db.fetchval("SELECT count(*) FROM events WHERE title = 'Bare'"
+                             " AND profile_id = $1", quiet["id"]) == 0
     assert await db.fetchval("SELECT count(*) FROM webhook_messages WHERE profile_id = $1",
                              profile_id) == 3
 
