@@ -28,6 +28,10 @@ import asyncpg
 import harness
 from harness import Result, Scenario
 
+sys.path.insert(0, str(harness.REPO / "tests"))
+
+from seeding import copies_of_event
+
 DAY = date(2032, 6, 1)
 ZONE = "Europe/Paris"
 _NEXT = itertools.count()
@@ -57,17 +61,7 @@ async def _seed_events(session: aiohttp.ClientSession, url: str, profile_id: str
     async with harness.database_url() as dsn:
         conn = await asyncpg.connect(dsn)
         try:
-            columns = [r["column_name"] for r in await conn.fetch(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = 'events'"
-                " AND is_generated = 'NEVER' AND column_name NOT IN ('id', 'slug', 'title')")]
-            listed = ", ".join(columns)
-            await conn.execute(
-                f"INSERT INTO events (id, slug, title, {listed})"
-                f" SELECT 'evt_' || md5(e.id || g), 'seeded-' || g || '-2032-06-01',"
-                f" 'Seeded ' || g, {listed}"
-                " FROM events e, generate_series(1, $2) g WHERE e.id = $1",
-                template["id"], count)
-            await conn.execute("ANALYZE events")
+            await copies_of_event(conn, template["id"], count, "Seeded", str(DAY))
         finally:
             await conn.close()
 

@@ -19,6 +19,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -424,6 +425,15 @@ async def org_with(live_server: LiveServer, make_user: Callable[..., Awaitable[U
     return org["organization_id"], owner, admin, member
 
 
+async def org_profile(live_server: LiveServer, api: Api,
+                      make_user: Callable[..., Awaitable[User]], **fields: Any
+                      ) -> tuple[dict[str, Any], User, User, User]:
+    """A profile of an organization (`org_with`): (the profile, the organization's owner,
+    admin and member); `fields` go into the profile's body."""
+    org, owner, admin, member = await org_with(live_server, make_user)
+    return await new_profile(api, owner, organization_id=org, **fields), owner, admin, member
+
+
 def published(status: int, body: Any, operation: str, keys: set[str]) -> dict[str, Any]:
     """A 200 whose body the published response schema of `operation` holds, with exactly
     `keys` at the top."""
@@ -473,6 +483,16 @@ async def walk(api: Api, path: str, user: User | None, limit: int = 100) -> list
         if not page["has_more"]:
             return items
         cursor = page["next_cursor"]
+
+
+async def poll_until(check: Callable[[], Awaitable[bool]], what: str, *, seconds: float,
+                     interval: float = 0.05) -> None:
+    """Poll `check()` every `interval` seconds until it holds; fail after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not await check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {seconds} s: {what}")
+        await asyncio.sleep(interval)
 
 
 def insert_connected_calendar(live_server: LiveServer, user_id: str, name: str = "Work",

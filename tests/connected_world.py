@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import secrets
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
+import aiohttp
 import pytest
 from caldav_server import Radicale
-from conftest import Api, LiveServer, User, migrated_database
+from conftest import Api, LiveServer, User, migrated_database, poll_until
 
 from domain import config
 from domain.connected import admin, engine
@@ -30,6 +32,10 @@ PARIS = ZoneInfo("Europe/Paris")
 
 class HasServer(Protocol):
     server: LiveServer
+
+
+class HasCalDav(HasServer, Protocol):
+    radicale: Radicale
 
 
 @dataclasses.dataclass
@@ -89,6 +95,24 @@ def new_person(server: LiveServer, radicale: Radicale) -> Person:
     return Person(user, login, password)
 
 
+# The fixtures `api` and `person` of a test module whose fixture `world` has a server of
+# its own: importing one registers it in the module, and the redundant alias marks the
+# import as wanted (`from connected_world import world_api as world_api`).
+
+
+@pytest.fixture(name="api")
+async def world_api(world: HasServer) -> AsyncIterator[Api]:
+    """A REST client of the world's server."""
+    async with aiohttp.ClientSession() as session:
+        yield Api(session, world.server.url)
+
+
+@pytest.fixture(name="person")
+def world_person(world: HasCalDav) -> Person:
+    """A user of the world's server with a CalDAV login on its Radicale (`new_person`)."""
+    return new_person(world.server, world.radicale)
+
+
 def connect(world: World, p: Person) -> dict[str, Any]:
     """`p`'s CalDAV account connected, as `kalends admin connect-calendars` does."""
     return world.server.call(admin.connect(
@@ -117,12 +141,8 @@ async def sync(world: HasServer, account_id: str) -> None:
     await settled(world, account_id)
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + SYNC_SECONDS
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {SYNC_SECONDS} s: {what}")
-        await asyncio.sleep(0.1)
+eventually = functools.partial(poll_until, seconds=SYNC_SECONDS, interval=0.1)
+"""Poll until `check()` holds; fail after SYNC_SECONDS."""
 
 
 def provider_settings(google_url: str, microsoft_url: str, **options: Any) -> config.Settings:

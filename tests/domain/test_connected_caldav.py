@@ -34,6 +34,8 @@ from connected_world import (
     settled,
     sync,
 )
+from connected_world import world_api as world_api  # registers the fixture `api`
+from connected_world import world_person as world_person  # registers the fixture `person`
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ical_readers import (
@@ -57,17 +59,6 @@ pytestmark = pytest.mark.slow
 def world(database_url: str) -> Iterator[World]:
     with caldav_world(database_url, "kalends_caldav") as made:
         yield made
-
-
-@pytest.fixture
-async def api(world: World) -> Any:
-    async with aiohttp.ClientSession() as session:
-        yield Api(session, world.server.url)
-
-
-@pytest.fixture
-def person(world: World) -> Person:
-    return new_person(world.server, world.radicale)
 
 
 def other_device(world: World, p: Person, cal_id: str = "work") -> Any:

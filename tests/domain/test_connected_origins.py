@@ -27,12 +27,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from caldav_server import Radicale, Relay, Rewrite, Served
 from conftest import Api, LiveServer, User, own_server
-from connected_world import Person, agenda, new_person, provider_settings, settled, sync
+from connected_world import Person, agenda, provider_settings, settled, sync
+from connected_world import world_api as world_api  # registers the fixture `api`
+from connected_world import world_person as world_person  # registers the fixture `person`
 from fake_dns import Names
 from fakes import google, microsoft
 
@@ -176,17 +177,6 @@ def clean(world: World) -> Iterator[None]:
     world.relay.reset()
     world.g_fake.hooks.clear()
     world.m_fake.hooks.clear()
-
-
-@pytest.fixture
-async def api(world: World) -> Any:
-    async with aiohttp.ClientSession() as session:
-        yield Api(session, world.server.url)
-
-
-@pytest.fixture
-def person(world: World) -> Person:
-    return new_person(world.server, world.radicale)
 
 
 def connect_caldav(world: World, p: Person) -> dict[str, Any]:

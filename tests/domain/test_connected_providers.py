@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from conftest import Api, LiveServer, User, new_event, new_profile, own_server
@@ -27,6 +26,7 @@ from connected_world import (
     settled,
     sync,
 )
+from connected_world import world_api as world_api  # registers the fixture `api`
 from fakes import google, microsoft
 
 from domain import config
@@ -85,12 +85,6 @@ def one_mailbox(world: World) -> None:
     of an earlier test (still synced by the scheduler) sees this test's calendars."""
     world.google.reset()
     world.graph.reset()
-
-
-@pytest.fixture
-async def api(world: World) -> Any:
-    async with aiohttp.ClientSession() as session:
-        yield Api(session, world.server.url)
 
 
 def connect(world: World, user: User, provider: str, secret: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from conftest import new_event, new_profile
+from seeding import copies_of_event
 
 NY = "America/New_York"
 TIMED = {"title": "Jazz Night", "start_time": "2026-03-08T19:30", "start_timezone": NY}
@@ -123,22 +124,6 @@ def _rows_read(node: dict[str, Any]) -> int:
     return read
 
 
-async def _seed(db: Any, template_id: str, count: int) -> None:
-    """`count` copies of the template event as the service wrote it, each with its
-    own id and a slug of its own title and day (and a few of the measured base's
-    neighbours in byte order)."""
-    columns = [r["column_name"] for r in await db.fetch(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = 'events'"
-        " AND is_generated = 'NEVER' AND column_name NOT IN ('id', 'slug', 'title')")]
-    listed = ", ".join(columns)
-    await db.execute(
-        f"INSERT INTO events (id, slug, title, {listed})"
-        f" SELECT 'evt_' || md5(e.id || g), 'event-' || g || '-2026-03-08', 'Event ' || g, {listed}"
-        " FROM events e, generate_series(1, $2) g WHERE e.id = $1",
-        template_id, count)
-    await db.execute("ANALYZE events")
-
-
 async def test_the_slug_lookup_reads_only_the_slugs_that_can_collide(
         live_server: Any, api: Any, make_user: Any) -> None:
     """In a custom plan and in the generic plan a pooled prepared statement comes
@@ -151,7 +136,8 @@ async def test_the_slug_lookup_reads_only_the_slugs_that_can_collide(
     # Neighbours of the range in byte order: same start, not `base` nor `base-…`.
     for slug in (f"{BASE}x", f"{BASE}_2", "jazz-night-2026-03-0", "jazz-night-2026-03-09"):
         await new_event(api, owner, profile, **{**TIMED, "slug": slug})
-    live_server.call(_seed(live_server.db, template["id"], 10_000))
+    # 10,000 more on the same day: "Event 1" (slug event-1-2026-03-08), "Event 2", ...
+    live_server.call(copies_of_event(live_server.db, template["id"], 10_000, "Event", "2026-03-08"))
     assert live_server.call(store.slugs_with_prefix(live_server.db, profile["id"], BASE)) == set(
         _series(BASE, 3))
     for mode in ("force_custom_plan", "force_generic_plan"):

@@ -34,6 +34,21 @@ RSVP_STATS_KEYS = {"event_id", "going", "maybe", "not_going", "waitlist", "total
 
 NY = "America/New_York"
 TIMED = {"title": "Jazz Night", "start_time": "2026-03-08T19:30", "start_timezone": NY}
+TIMED_WITH_END = {**TIMED, "end_time": "2026-03-08T21:00", "end_timezone": NY}
+END_SHOWN = "2026-03-09T01:00:00Z"
+"""TIMED_WITH_END's end as the API shows it."""
+STARTS_PAST_THE_END = pytest.mark.parametrize(
+    ("start", "zone", "shown_start"),
+    [
+        ("2026-03-08T21:00", NY, "2026-03-09T01:00:00Z"),  # onto the end
+        ("2026-03-10T20:00", NY, "2026-03-11T00:00:00Z"),
+        ("2026-03-09T09:00", "Europe/Paris", "2026-03-09T08:00:00Z"),
+        # Only the zone changes: 19:30 in Los Angeles is after 21:00 in New York.
+        ("2026-03-08T19:30", "America/Los_Angeles", "2026-03-09T02:30:00Z"),
+    ],
+)
+"""A start that would put TIMED_WITH_END past its end (profile and calendar events alike):
+(start, zone, the start as the error's details show it)."""
 
 
 # ---------------------------------------------------------------------------
@@ -1021,7 +1036,7 @@ async def test_patch_by_others(live_server: Any, api: Any, make_user: Any) -> No
 
 async def test_moving_the_start_keeps_the_end(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
+    event = await new_event(api, owner, profile, **TIMED_WITH_END)
     path = f"/v1/events/{event['id']}"
     status, later, _ = await api.patch(path, owner, json={"start_time": "2026-03-08T20:00", "start_timezone": NY})
     assert status == 200, later
@@ -1041,29 +1056,21 @@ async def test_moving_the_start_keeps_the_end(api: Any, make_user: Any) -> None:
     assert point["start_time"] == "2026-03-08T19:00:00Z"
 
 
-@pytest.mark.parametrize(
-    ("start", "zone", "shown_start"),
-    [
-        ("2026-03-08T21:00", NY, "2026-03-09T01:00:00Z"),  # onto the end
-        ("2026-03-10T20:00", NY, "2026-03-11T00:00:00Z"),
-        # Only the zone changes: 19:30 in Los Angeles is after 21:00 in New York.
-        ("2026-03-08T19:30", "America/Los_Angeles", "2026-03-09T02:30:00Z"),
-    ],
-)
+@STARTS_PAST_THE_END
 async def test_moving_the_start_past_the_end_changes_nothing(
     api: Any, make_user: Any, start: str, zone: str, shown_start: str
 ) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
+    event = await new_event(api, owner, profile, **TIMED_WITH_END)
     error = await assert_refused_unchanged(
         api, owner, f"/v1/events/{event['id']}", event, "invalid_time_range", "start_time",
         json={"title": "Moved", "start_time": start, "start_timezone": zone})
-    assert error["details"] == {"start": shown_start, "end": "2026-03-09T01:00:00Z"}
+    assert error["details"] == {"start": shown_start, "end": END_SHOWN}
 
 
 async def test_moving_the_start_with_an_end_moves_both(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
+    event = await new_event(api, owner, profile, **TIMED_WITH_END)
     path = f"/v1/events/{event['id']}"
     status, moved, _ = await api.patch(path, owner, json={
         "start_time": "2026-03-10T20:00", "start_timezone": NY,
@@ -1186,7 +1193,7 @@ async def test_cancel_by_others(live_server: Any, api: Any, make_user: Any) -> N
 
 async def test_reschedule(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
+    event = await new_event(api, owner, profile, **TIMED_WITH_END)
     status, moved, _ = await api.post(
         f"/v1/events/{event['id']}/reschedule", owner,
         json={"start_time": "2026-04-02T18:00", "start_timezone": "Europe/Paris",
@@ -1204,7 +1211,7 @@ async def test_reschedule(api: Any, make_user: Any) -> None:
 
 async def test_reschedule_without_an_end_keeps_the_duration(api: Any, make_user: Any) -> None:
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
+    event = await new_event(api, owner, profile, **TIMED_WITH_END)
     status, moved, _ = await api.post(
         f"/v1/events/{event['id']}/reschedule", owner,
         json={"start_time": "2026-03-09T10:00", "start_timezone": NY},
@@ -1219,7 +1226,7 @@ async def test_reschedule_moves_what_a_patch_may_not(api: Any, make_user: Any) -
     """The same new start: a PATCH keeps the end, and is refused past it; a
     reschedule moves the end too."""
     owner, profile = await setup(api, make_user)
-    event = await new_event(api, owner, profile, **timed(end_time="2026-03-08T21:00", end_timezone=NY))
+    event = await new_event(api, owner, profile, **TIMED_WITH_END)
     path = f"/v1/events/{event['id']}"
     start = {"start_time": "2026-03-09T10:00", "start_timezone": NY}
     status, body, _ = await api.patch(path, owner, json=start)

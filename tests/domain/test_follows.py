@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import assert_error, new_event, new_profile, new_series, org_with, walk
+from conftest import assert_error, new_event, new_profile, new_series, org_profile, walk
 from mcp_clients import list_tools, result_body, sdk_client
 
 FOLLOW_KEYS = {"id", "following_type", "target_id", "created_at"}
@@ -187,8 +187,7 @@ async def test_a_target_hidden_from_the_caller_is_not_found(api: Any, make_user:
 async def test_an_organization_member_may_follow_its_private_profile(
     live_server: Any, api: Any, make_user: Any
 ) -> None:
-    org, owner, _, member = await org_with(live_server, make_user)
-    profile = await new_profile(api, owner, organization_id=org, is_private=True)
+    profile, _, _, member = await org_profile(live_server, api, make_user, is_private=True)
     created = await followed(api, member, "profile", profile["id"])
     assert created["target_id"] == profile["id"]
 
@@ -371,9 +370,9 @@ async def test_followers_show_a_display_name_and_when_only(
 async def test_followers_of_a_private_profile_are_for_its_administrators(
     live_server: Any, api: Any, make_user: Any
 ) -> None:
-    org, owner, admin, member = await org_with(live_server, make_user)
+    profile, owner, admin, member = await org_profile(live_server, api, make_user,
+                                                      is_private=True)
     stranger = await make_user()
-    profile = await new_profile(api, owner, organization_id=org, is_private=True)
     made = await followed(api, member, "profile", profile["id"])
     for who in (owner, admin):
         assert [f["follow_id"] for f in await followers(api, who, profile["id"])] == [made["id"]]

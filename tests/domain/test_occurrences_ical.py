@@ -161,22 +161,35 @@ def text_of(rows: Rows) -> bytes:
 # --- The generated cases ---------------------------------------------------------------
 
 
+def applied_cases(seed: int, chunk: int) -> list[tuple[Case, Rows, expansion.Window, Window]]:
+    """Every third of the cases generated from `seed`, from the `chunk`th (0, 1 or 2: a
+    test of them runs as three), each with its rows (`apply`) and the days they are read
+    in: the expansion's window and the readers' (the same days)."""
+    applied = []
+    for case in cases(OFFLINE_CASES, seed, date(2026, 11, 29))[chunk::3]:
+        rows = apply(case)
+        w = _window(rows.row)
+        applied.append((case, rows, w, Window(w.start, w.end)))
+    return applied
+
+
+def _apart(got: list[Any], want: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The first three occurrences `got` but not wanted, and wanted but not `got`."""
+    return [o for o in got if o not in want][:3], [o for o in want if o not in got][:3]
+
+
 @pytest.mark.parametrize("chunk", range(3))
 def test_generated_cases_read_by_recurring_ical_events_as_the_expansion_gives_them(
         chunk: int) -> None:
-    made = cases(OFFLINE_CASES, 20261129, date(2026, 11, 29))[chunk::3]
+    made = applied_cases(20261129, chunk)
     wrong = []
-    for case in made:
-        rows = apply(case)
-        w = _window(rows.row)
-        window = Window(w.start, w.end)
+    for case, rows, w, window in made:
         want = beside_changes(within(rows.shown(w), window), [case.series.zone],
                               starts_too=False)
         read = python_occurrences(text_of(rows), window, labelled=True).get(UID, [])
         got = beside_changes(within(read, window), [case.series.zone], starts_too=False)
         if got != want:
-            wrong.append((case, [o for o in got if o not in want][:3],
-                          [o for o in want if o not in got][:3]))
+            wrong.append((case, *_apart(got, want)))
     assert not wrong, f"{len(wrong)} of {len(made)} differ; first: {wrong[0]}"
 
 
@@ -187,18 +200,14 @@ def test_generated_cases_imported_from_a_connected_calendar_keep_their_occurrenc
     RECURRENCE-ID, EXDATEs; moves across days, zones and changes of offset): the same
     occurrences, each under the occurrence_id of the slot it replaces, as the
     expansion gives the rows (docs/api-choices.md, "Connected calendars")."""
-    made = cases(OFFLINE_CASES, 20261130, date(2026, 11, 29))[chunk::3]
+    made = applied_cases(20261130, chunk)
     wrong = []
-    for case in made:
-        rows = apply(case)
-        w = _window(rows.row)
-        window = Window(w.start, w.end)
+    for case, rows, w, window in made:
         want = within(rows.shown(w), window)
         read, reason = imported_occurrences(text_of(rows), window, labelled=True)
         got = within(read.get(UID, []), window)
         if got != want or reason is not None:
-            wrong.append((case, reason, [o for o in got if o not in want][:3],
-                          [o for o in want if o not in got][:3]))
+            wrong.append((case, reason, *_apart(got, want)))
     assert not wrong, f"{len(wrong)} of {len(made)} differ; first: {wrong[0]}"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_rsvps import answer, assert_counts, everyone, make_event, rsvps_path, users
+from test_rsvps import answer, assert_counts, everyone, owner_guest_event, rsvps_path
 
 
 def other_case(email: str) -> str:
@@ -15,8 +15,7 @@ def other_case(email: str) -> str:
 
 
 async def test_no_email_then_own_email_replaces(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     first = await answer(api, guest, event, "maybe")
     own = other_case(guest.email)
     status, again, headers = await api.post(
@@ -33,8 +32,7 @@ async def test_no_email_then_own_email_replaces(api: Any, make_user: Any) -> Non
 
 
 async def test_own_email_then_no_email_replaces(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     first = await answer(api, guest, event, "going", attendee_email=guest.email)
     again = await answer(api, guest, event, "maybe", expected=200)
     assert again["id"] == first["id"] and again["status"] == "maybe"
@@ -48,8 +46,7 @@ async def test_own_email_then_no_email_replaces(api: Any, make_user: Any) -> Non
 
 
 async def test_a_friends_address_is_still_a_second_rsvp(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     mine = await answer(api, guest, event, "going", attendee_email=guest.email)
     friend = await answer(api, guest, event, "maybe", attendee_email="friend@example.com")
     assert friend["id"] != mine["id"]
@@ -64,8 +61,7 @@ async def test_two_written_before_the_fix_become_one(live_server: Any, api: Any,
                                                      make_user: Any) -> None:
     """Answers with no address and with the caller's own, both stored before the
     two were one key: the next answer replaces the older and removes the other."""
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     first = await answer(api, guest, event, "maybe")
     # The second row as it was written before: same person, own address.
     live_server.call(live_server.db.execute(

@@ -109,13 +109,18 @@ async def users(make_user: Any, n: int) -> list[Any]:
     return list(await asyncio.gather(*(make_user() for _ in range(n))))
 
 
+async def owner_guest_event(api: Any, make_user: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """Two users and an event of the first's (`make_event`): (owner, guest, event)."""
+    owner, guest = await users(make_user, 2)
+    return owner, guest, await make_event(api, owner)
+
+
 # ---------------------------------------------------------------------------
 # Create and replace
 
 
 async def test_create_returns_the_rsvp_without_user_ids(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     status, rsvp, headers = await api.post(rsvps_path(event), guest, json={"status": "going"})
     assert status == 201, rsvp
     assert set(rsvp) == RSVP_KEYS  # no attendee/user id of any kind
@@ -132,8 +137,7 @@ async def test_create_returns_the_rsvp_without_user_ids(api: Any, make_user: Any
 
 
 async def test_create_keeps_the_attendee_fields(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     body = {"status": "maybe", "attendee_email": "Ann@Example.com", "attendee_first_name": "Ann",
             "attendee_last_name": "Lee", "rsvp_type": "vip", "num_guests": 3}
     rsvp = await answer(api, guest, event, **body)
@@ -143,8 +147,7 @@ async def test_create_keeps_the_attendee_fields(api: Any, make_user: Any) -> Non
 
 
 async def test_posting_again_replaces_the_callers_rsvp(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     first = await answer(api, guest, event, "going")
     status, again, headers = await api.post(rsvps_path(event), guest,
                                             json={"status": "maybe", "num_guests": 2})
@@ -158,8 +161,7 @@ async def test_posting_again_replaces_the_callers_rsvp(api: Any, make_user: Any)
 
 
 async def test_same_email_in_another_case_replaces(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     first = await answer(api, guest, event, "going", attendee_email="friend@example.com")
     again = await answer(api, guest, event, "not_going", expected=200,
                          attendee_email="FRIEND@Example.COM")
@@ -168,8 +170,7 @@ async def test_same_email_in_another_case_replaces(api: Any, make_user: Any) -> 
 
 
 async def test_another_email_is_a_second_rsvp(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     mine = await answer(api, guest, event, "going")
     friend = await answer(api, guest, event, "going", attendee_email="friend@example.com")
     other = await answer(api, guest, event, "maybe", attendee_email="other@example.com")
@@ -214,8 +215,7 @@ async def test_two_users_answering_make_two_rsvps(api: Any, make_user: Any) -> N
 )
 async def test_create_validation(api: Any, make_user: Any, body: dict[str, Any], code: str,
                                  param: str) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     status, error, _ = await api.post(rsvps_path(event), guest, json=body)
     found = assert_error(status, error, 400, code, param=param)
     if code == "invalid_field":
@@ -242,8 +242,7 @@ async def test_rsvp_to_an_event_the_caller_cannot_see(api: Any, make_user: Any) 
 
 
 async def test_rsvp_ids_and_event_ids_are_case_insensitive(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    _, guest, event = await owner_guest_event(api, make_user)
     rsvp = await answer(api, guest, event)
     upper = f"/v1/events/{event['id'].upper()}/rsvps/{rsvp['id'].upper()}"
     status, body, _ = await api.patch(upper, guest, json={"status": "maybe"})
@@ -331,8 +330,7 @@ async def test_organization_roles_on_the_list(live_server: Any, api: Any, make_u
 
 
 async def test_list_pages_by_creation(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     created = []
     for i in range(5):
         created.append(await answer(api, guest, event, attendee_email=f"g{i}@example.com"))
@@ -382,8 +380,7 @@ async def test_list_cursor_of_another_list_is_refused(api: Any, make_user: Any) 
 
 
 async def test_patch_by_the_rsvp_owner_and_the_event_owner(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     rsvp = await answer(api, guest, event, "going", attendee_first_name="Gus")
     path = f"{rsvps_path(event)}/{rsvp['id']}"
     status, body, _ = await api.patch(path, guest, json={"status": "maybe", "num_guests": 4})
@@ -413,8 +410,7 @@ async def test_patch_by_the_rsvp_owner_and_the_event_owner(api: Any, make_user: 
 )
 async def test_patch_validation(api: Any, make_user: Any, body: dict[str, Any], code: str,
                                 param: str) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     rsvp = await answer(api, guest, event)
     status, error, _ = await api.patch(f"{rsvps_path(event)}/{rsvp['id']}", guest, json=body)
     assert_error(status, error, 400, code, param=param)
@@ -529,8 +525,7 @@ async def test_stats_of_an_event_the_caller_cannot_see(api: Any, make_user: Any)
 
 
 async def test_deleting_the_event_removes_its_rsvps(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     rsvp = await answer(api, guest, event)
     status, _, _ = await api.delete(f"/v1/events/{event['id']}", owner)
     assert status == 204
@@ -743,8 +738,7 @@ async def test_guests_count_toward_capacity(api: Any, make_user: Any) -> None:
 
 
 async def test_multiple_attendees_off(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     await settings(api, owner, event, allow_multiple_attendees=False)
     status, body, _ = await api.post(rsvps_path(event), guest,
                                      json={"status": "going", "num_guests": 2})
@@ -863,8 +857,7 @@ async def test_turning_multiple_attendees_off_keeps_existing_parties(api: Any, m
 
 
 async def test_same_user_answering_at_once_makes_one_rsvp(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     results = await asyncio.gather(*(
         api.post(rsvps_path(event), guest, json={"status": "going"}) for _ in range(8)
     ))
@@ -875,8 +868,7 @@ async def test_same_user_answering_at_once_makes_one_rsvp(api: Any, make_user: A
 
 async def test_a_held_answer_can_be_resent_on_a_cancelled_event(api: Any, make_user: Any) -> None:
     # Choice: re-sending the answer one already holds is not a *new* going/maybe.
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     held = await answer(api, guest, event, "going", num_guests=2)
     status, _, _ = await api.post(f"/v1/events/{event['id']}/cancel", owner, json={})
     assert status == 200
@@ -889,8 +881,7 @@ async def test_a_held_answer_can_be_resent_on_a_cancelled_event(api: Any, make_u
 
 
 async def test_create_checks_the_idempotency_key(api: Any, make_user: Any) -> None:
-    owner, guest = await users(make_user, 2)
-    event = await make_event(api, owner)
+    owner, guest, event = await owner_guest_event(api, make_user)
     status, body, _ = await api.post(rsvps_path(event), guest, json={"status": "going"},
                                      headers={"Idempotency-Key": "short"})
     assert_error(status, body, 400, "invalid_idempotency_key", param="Idempotency-Key")

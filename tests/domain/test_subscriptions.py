@@ -9,13 +9,20 @@ most) for its result to show through the calendar API, as a client would.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
+import functools
 from typing import Any
 
 import asyncpg
 import pytest
-from conftest import assert_error, handle, insert_connected_calendar, new_event, new_profile, walk
+from conftest import (
+    assert_error,
+    handle,
+    insert_connected_calendar,
+    new_event,
+    new_profile,
+    poll_until,
+    walk,
+)
 
 from db import sync as sync_store
 from db.database import Tx
@@ -26,13 +33,8 @@ SUB_KEYS = {"id", "profile_id", "series_id", "subscription_type", "is_active", "
 SYNC_SECONDS = 15
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll until `check()` holds; fail after SYNC_SECONDS."""
-    deadline = time.monotonic() + SYNC_SECONDS
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {SYNC_SECONDS} s: {what}")
-        await asyncio.sleep(0.05)
+eventually = functools.partial(poll_until, seconds=SYNC_SECONDS)
+"""Poll until `check()` holds; fail after SYNC_SECONDS."""
 
 
 async def copies(api: Any, user: Any) -> dict[str, dict[str, Any]]:

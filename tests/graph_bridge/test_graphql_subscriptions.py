@@ -33,7 +33,7 @@ from conftest import (
     migrated_database,
     new_event,
     new_profile,
-    org_with,
+    org_profile,
 )
 from gql import Client, GraphQLRequest
 from gql.transport.exceptions import TransportError, TransportQueryError
@@ -251,9 +251,8 @@ async def test_only_subscriptions_within_bounds(
 async def test_a_profile_not_administered_is_refused_as_its_read_is(
     live_server: LiveServer, api: Api, make_user: Any
 ) -> None:
-    org, owner, _, member = await org_with(live_server, make_user)
+    profile, _, _, member = await org_profile(live_server, api, make_user)
     stranger = await make_user()
-    profile = await new_profile(api, owner, organization_id=org)
     read = f"/v1/profiles/{profile['id']}/webhook-endpoints"
     for caller, status, code in ((member, 403, "forbidden"),
                                  (stranger, 404, "resource_not_found")):
@@ -268,8 +267,7 @@ async def test_a_profile_not_administered_is_refused_as_its_read_is(
 async def test_the_owner_sees_each_change_as_get_event_shows_it(
     live_server: LiveServer, api: Api, make_user: Any
 ) -> None:
-    org, owner, admin, _ = await org_with(live_server, make_user)
-    profile = await new_profile(api, owner, organization_id=org)
+    profile, owner, admin, _ = await org_profile(live_server, api, make_user)
     variables = {"profile_id": profile["id"]}
     async with client(live_server.url, owner.api_key) as mine, \
             client(live_server.url, admin.api_key) as theirs, \
