@@ -58,6 +58,8 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
     wall: float = 0.0
+    cpu: float | None = None
+    """CPU seconds the serving process spent in the measured phase (`measure(cpu_of=)`)."""
 
     @property
     def count(self) -> int:
@@ -70,6 +72,12 @@ class Result:
     @property
     def rps(self) -> float:
         return self.count / self.wall if self.wall else 0.0
+
+    @property
+    def cpu_per_request(self) -> float | None:
+        """The server's CPU seconds per measured request: steadier than req/s when
+        other work shares the machine."""
+        return None if self.cpu is None or not self.count else self.cpu / self.count
 
     def percentile(self, p: float) -> float:
         """Nearest-rank percentile, in milliseconds."""
@@ -285,19 +293,29 @@ _PROFILE = [False]
 
 async def measure(session: aiohttp.ClientSession, scenario: Scenario, warmup: int,
                   requests: int, concurrency: int, *, on_response: OnResponse | None = None,
-                  profiled: bool = True) -> Result:
+                  profiled: bool = True, cpu_of: int | None = None) -> Result:
     """`warmup` requests (indices 0 to warmup - 1), then `requests` measured ones (the
-    following indices); with --profile (and `profiled`), then `requests` more under py-spy."""
+    following indices); with --profile (and `profiled`), then `requests` more under py-spy.
+    `cpu_of`: a process id whose CPU time in the measured phase goes in `Result.cpu`."""
     await asyncio.wait_for(
         load(session, scenario, warmup, concurrency, on_response=on_response), PHASE_TIMEOUT)
+    before = None if cpu_of is None else cpu_seconds(cpu_of)
     result = await asyncio.wait_for(
         load(session, scenario, requests, concurrency, first=warmup, on_response=on_response),
         PHASE_TIMEOUT)
+    if cpu_of is not None and before is not None:
+        result.cpu = cpu_seconds(cpu_of) - before
     print(f"measured {scenario.name}: {result.count} requests in {result.wall:.1f} s",
           flush=True)
     if _PROFILE[0] and profiled:
         await profile(session, scenario, requests, concurrency)
     return result
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process `pid`, all its threads, so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def profile(session: aiohttp.ClientSession, scenario: Scenario, requests: int,
@@ -320,7 +338,7 @@ async def profile(session: aiohttp.ClientSession, scenario: Scenario, requests: 
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         frames = [f for f in stack.split(";") if f]
-        if not frames:
+        if not frames or not count.isdigit():  # a frame's name broke over lines
             continue
         total += int(count)
         own[frames[-1]] += int(count)

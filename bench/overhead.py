@@ -9,7 +9,8 @@ alternated A B A B.
 Seeds a profile with `--events` events through the API, checks that both
 servers answer each page with byte-identical bodies, then measures on Kalends
 (A) and the hand-written handler (B), and prints the ratios A/B of requests per
-second (the median over rounds):
+second (the median over rounds), and under them each server's CPU microseconds
+per request (the median over rounds; other work on the machine disturbs it less):
 - `GET /v1/events?limit=20`, `?limit=100` and `GET /v1/events/{id}`;
 - `POST /graphql` with the registry's own `listEvents` (limit 20 and 100) and
   `getEvent` documents: kept (the same text each time), persisted (Apollo's
@@ -225,12 +226,14 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
         stack.callback(_stop, process)
         services = [("A kalends", url)]
         pids = [int(harness._SERVICE["pid"]), process.pid]
+        pid_of = {url: pids[0], other: process.pid}
         if args.baseline:
             tree = stack.enter_context(_checkout(args.baseline))
             baseline, before = await _start_baseline(dsn, tree)
             stack.callback(_stop, baseline)
             services.append((f"A0 {args.baseline}", before))
             pids.append(baseline.pid)
+            pid_of[before] = baseline.pid
         if _pin(*pids):
             print("servers pinned to core 1, the load generator to core 0", flush=True)
         for leg in legs:
@@ -252,7 +255,7 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
                         body_for=None if hand else leg.body_for)
                     results.append(await harness.measure(
                         session, scenario, args.warmup, args.requests, args.concurrency,
-                        profiled=base == url and round_ == 0))
+                        profiled=base == url and round_ == 0, cpu_of=pid_of[base]))
     print()
     for leg in legs:
         b = _of(results, "B ", leg.name)
@@ -262,6 +265,13 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
             ratio = statistics.median(
                 x.rps / y.rps for x, y in zip(_of(results, prefix, leg.name), b, strict=True))
             line.append(f"{label} / hand-written req/s: {ratio:.2f}")
+        print("  ".join(line))
+        line = [f"{'':<34}"]
+        for label, _ in [*_running(services, leg), ("B hand-written", other)]:
+            per = [r.cpu_per_request for r in _of(results, label.split()[0] + " ", leg.name)]
+            known = [p for p in per if p is not None]
+            if known:
+                line.append(f"{label.split()[0]} CPU {statistics.median(known) * 1e6:.0f} us/req")
         print("  ".join(line))
     return results
 
