@@ -52,7 +52,12 @@ _PING_EVERY = 10.0
 """Seconds between checks that the listening connection still answers (a peer
 that vanished without closing the socket is otherwise never noticed)."""
 _RETRY_FIRST, _RETRY_MOST = 0.2, 5.0
-_CONNECTION_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_CONNECTION_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                      asyncpg.InternalClientError)
+"""What the feed's own connection raises when the server goes away. asyncpg's
+InternalClientError ("cannot switch to state 11; another operation (2) is in
+progress") is among them: a postmaster killed while LISTEN was being sent left it,
+and the feed's task died of it, so that the service exited 1 at its next stop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,9 +273,8 @@ class Feed:
             try:
                 conn = await store.listen(self._dsn, self._receive, lost.set,
                                           timeout=_CONNECT_TIMEOUT)
-            except (*_CONNECTION_ERRORS, TimeoutError) as exc:
-                log.warning("change feed cannot connect", extra={"error": repr(exc),
-                                                                 "retry_seconds": retry})
+            except Exception as exc:
+                _failed("change feed cannot connect", exc, retry)
                 await asyncio.sleep(retry)
                 retry = min(2 * retry, _RETRY_MOST)
                 continue
@@ -278,6 +282,8 @@ class Feed:
             self._connected.set()
             try:
                 await hold(conn, lost)
+            except Exception as exc:
+                _failed("change feed failed while listening", exc, retry)
             finally:
                 self._connected.clear()
                 await store.close(conn)
@@ -285,6 +291,15 @@ class Feed:
                               "been missed. Subscribe again.")
             log.warning("change feed lost its database connection; reconnecting")
 
+
+def _failed(what: str, exc: Exception, retry: float) -> None:
+    """A lost or unreachable database is a warning. Anything else is a fault of ours or
+    asyncpg's, logged in full; either way the feed tries again rather than end for the
+    life of the process."""
+    if isinstance(exc, (*_CONNECTION_ERRORS, TimeoutError)):
+        log.warning(what, extra={"error": repr(exc), "retry_seconds": retry})
+    else:
+        log.error(what, exc_info=exc, extra={"retry_seconds": retry})
 
 
 async def hold(conn: asyncpg.Connection, lost: asyncio.Event) -> None:
