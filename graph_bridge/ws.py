@@ -379,8 +379,7 @@ class Registry:
                 retry = _RETRY_FIRST
                 await changes.hold(conn, lost)
                 log.warning("socket registry lost its database connection; reconnecting")
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
-                    TimeoutError) as exc:
+            except (*changes.CONNECTION_ERRORS, TimeoutError) as exc:
                 log.warning("socket registry cannot connect", extra={
                     "error": repr(exc), "retry_seconds": retry})
             finally:

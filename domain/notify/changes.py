@@ -52,7 +52,7 @@ _PING_EVERY = 10.0
 """Seconds between checks that the listening connection still answers (a peer
 that vanished without closing the socket is otherwise never noticed)."""
 _RETRY_FIRST, _RETRY_MOST = 0.2, 5.0
-_CONNECTION_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+CONNECTION_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
                       asyncpg.InternalClientError)
 """What the feed's own connection raises when the server goes away. asyncpg's
 InternalClientError ("cannot switch to state 11; another operation (2) is in
@@ -296,7 +296,7 @@ def _failed(what: str, exc: Exception, retry: float) -> None:
     """A lost or unreachable database is a warning. Anything else is a fault of ours or
     asyncpg's, logged in full; either way the feed tries again rather than end for the
     life of the process."""
-    if isinstance(exc, (*_CONNECTION_ERRORS, TimeoutError)):
+    if isinstance(exc, (*CONNECTION_ERRORS, TimeoutError)):
         log.warning(what, extra={"error": repr(exc), "retry_seconds": retry})
     else:
         log.error(what, exc_info=exc, extra={"retry_seconds": retry})
@@ -312,5 +312,5 @@ async def hold(conn: asyncpg.Connection, lost: asyncio.Event) -> None:
             return
         try:
             await store.alive(conn, timeout=_CONNECT_TIMEOUT)
-        except (*_CONNECTION_ERRORS, TimeoutError):
+        except (*CONNECTION_ERRORS, TimeoutError):
             return
