@@ -17,6 +17,9 @@ per request (the median over rounds; other work on the machine disturbs it less)
   hash alone), and cold (a document never seen: parsed and validated, run by
   graphql-core; it is compiled when it comes again).
 
+`--legs TEXT`: only the requests whose name contains TEXT, for more rounds of one
+page in the same time (`--legs "listEvents(20) kept" --rounds 6`).
+
 `--baseline REV`: a commit (made into a temporary `git worktree`, removed after)
 or another checkout's directory, served as a third process on the same database
 and measured in the same rounds (A0), for before/after figures from one run:
@@ -220,7 +223,9 @@ async def _graphql_answers(session: aiohttp.ClientSession, url: str, leg: _Leg) 
 async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Namespace
                      ) -> list[Result]:
     ids = await _seed(session, url, args.events)
-    legs = _legs(ids)
+    legs = [leg for leg in _legs(ids) if args.legs is None or args.legs in leg.name]
+    if not legs:
+        raise RuntimeError(f"no leg's name contains {args.legs!r}")
     async with contextlib.AsyncExitStack() as stack, harness.database_url() as dsn:
         process, other = await _start_handwritten(dsn)
         stack.callback(_stop, process)
@@ -246,7 +251,11 @@ async def _benchmark(session: aiohttp.ClientSession, url: str, args: argparse.Na
         results: list[Result] = []
         for round_ in range(args.rounds):
             for leg in legs:
-                for label, base in [*_running(services, leg), ("B hand-written", other)]:
+                # Kalends' servers in turn first and second, so that neither is always
+                # the one measured after the other.
+                running = _running(services, leg)
+                for label, base in [*(running if round_ % 2 == 0 else running[::-1]),
+                                    ("B hand-written", other)]:
                     hand = label.startswith("B ")
                     scenario = Scenario(
                         f"{label} {leg.name} #{round_ + 1}",
@@ -298,7 +307,9 @@ def main() -> int:
     args = harness.options(__doc__ or "", {"events": (150, "events to seed"),
                                            "rounds": (2, "A B rounds")},
                            baseline=(None, "a commit or another Kalends checkout, measured "
-                                           "as A0"))
+                                           "as A0"),
+                           legs=(None, "only the requests whose name contains this text "
+                                       "(`listEvents(20) kept`, `GET`)"))
     return harness.run(_benchmark, args, f"{args.events} events, {args.rounds} rounds")
 
 
