@@ -37,7 +37,7 @@ class Cursors:
             key_text = f"r{float(key)!r}"
         payload = f"{key_text}|{item_id}".encode()
         mac = self._mac(list_key, payload)
-        return base64.urlsafe_b64encode(payload + b"|" + mac).decode().rstrip("=")
+        return _text(payload + b"|" + mac)
 
     def decode(self, list_key: str, cursor: str) -> tuple[datetime, str]:
         """A timestamp-keyed cursor."""
@@ -56,6 +56,11 @@ class Cursors:
     def _decode(self, list_key: str, cursor: str) -> tuple[datetime | float, str]:
         try:
             raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+            # base64 leaves the last character's low bits unread, and skips what is
+            # not in its alphabet: other texts than the one issued would decode to it.
+            # One cursor, one text: an edited cursor is refused whatever the edit.
+            if _text(raw) != cursor:
+                raise ValueError
             payload, mac = raw[: -_MAC_BYTES - 1], raw[-_MAC_BYTES:]
             if raw[-_MAC_BYTES - 1 : -_MAC_BYTES] != b"|":
                 raise ValueError
@@ -87,6 +92,10 @@ class Cursors:
     def _mac(self, list_key: str, payload: bytes) -> bytes:
         msg = list_key.encode() + b"\x00" + payload
         return hmac.new(self._secret, msg, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def _text(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def _invalid() -> ApiError:
