@@ -111,8 +111,8 @@ up to this."""
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The suite on every core by default (pytest-xdist): a plain `pytest`, or one given
     more than one file or a folder, runs on one worker per core and one more (at most
-    MAX_WORKERS), each
-    test file whole on one worker (`--dist loadfile`: a module's fixtures are made once).
+    MAX_WORKERS), each test file whole on one worker (`--dist loadfile`: a module's
+    fixtures are made once).
     Whatever says otherwise wins: `-n N` (`-n0`: in this process), `--tx`, `--dist`,
     `-p no:xdist`; and so do `--pdb`, `-s`, `--collect-only` and a single file, which
     run here. Runs before xdist's own hook (tryfirst, registered after it)."""
